@@ -1,0 +1,184 @@
+"""The Lightning side of pruning: when to prune, keeping masks enforced, logging, checkpoint state.
+
+All pattern logic lives in `sparseprune.patterns`; this callback only drives it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from lightning.pytorch.loggers import WandbLogger
+from lightning.pytorch.utilities import move_data_to_device
+
+from sparseprune.errors import UserError
+from sparseprune.gemm_view import PrunableWeight, find_prunable
+from sparseprune.importance import KINDS, magnitude_scores, reduce_scores, taylor_scores
+from sparseprune.masking import MaskedWeights, layer_sparsity, overall_sparsity
+from sparseprune.patterns import build_pattern
+from sparseprune.plots import layer_sparsity_figure, save_figure
+from sparseprune.schedule import Schedule
+
+log = logging.getLogger(__name__)
+
+
+class StagedPruning(L.Callback):
+    """Multi-stage pruning (Algorithm 1 of the TW paper) for any `PrunableTask`.
+
+    At the start of each stage's first epoch: score weights, build the pattern's masks at the stage target
+    (ranked across layers unless `scope="layer"`), zero pruned weights. After every optimizer step the
+    masks are re-applied, so pruned weights stay exactly zero. Masks, the stage reached and per-stage
+    results live in the checkpoint: a resumed run continues the same stage with bit-identical masks.
+    """
+
+    def __init__(
+        self,
+        pattern: Mapping[str, Any],
+        schedule: Mapping[str, Any],
+        importance: Mapping[str, Any],
+        scope: str = "global",
+        exclude: list[str] | None = None,
+        monitor: str | None = None,
+        plot_dir: str | None = None,
+    ) -> None:
+        pattern_options = dict(pattern)
+        self.pattern_config = pattern_options
+        self.pattern = build_pattern(pattern_options.pop("name"), **pattern_options)
+        self.schedule = Schedule(**dict(schedule))
+        self.importance = dict(importance)
+        if self.importance.get("kind") not in KINDS:
+            raise UserError(f"importance.kind must be one of {list(KINDS)}, got {self.importance.get('kind')!r}")
+        if scope not in ("global", "layer"):
+            raise UserError(f"pruning scope must be 'global' or 'layer', got {scope!r}")
+        fixed = self.pattern.fixed_sparsity()
+        if fixed is not None and abs(fixed - self.schedule.target) > 1e-9:
+            raise UserError(f"pattern {self.pattern.name} fixes sparsity at {fixed:g}; set schedule.target={fixed:g}")
+        self.scope = scope
+        self.exclude = exclude
+        self.monitor = monitor
+        self.plot_dir = Path(plot_dir) if plot_dir else None
+        self.completed_stage = -1
+        self.codes: dict[str, torch.Tensor] = {}
+        self.stage_results: list[dict[str, float]] = []
+        self.weights: list[PrunableWeight] = []
+        self.masked: MaskedWeights | None = None
+        self._hooks: list[Any] = []
+
+    @property
+    def state_key(self) -> str:
+        return "StagedPruning"
+
+    # --- set-up -------------------------------------------------------------------------------------
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        exclude = self.exclude if self.exclude is not None else getattr(pl_module, "prune_exclude", [])
+        self.weights = find_prunable(pl_module, exclude)
+        if not self.weights:
+            raise UserError("no prunable weights left after `exclude`; check the exclude patterns")
+        self.pattern.check_fits({w.name: w.gemm_shape for w in self.weights})
+        self.monitor = self.monitor or getattr(pl_module, "monitor", "val/acc")
+        if stage == "fit" and trainer.max_epochs is not None and trainer.max_epochs < self.schedule.total_epochs:
+            raise UserError(
+                f"the schedule needs {self.schedule.total_epochs} epochs but trainer.max_epochs={trainer.max_epochs}"
+            )
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self.codes:  # resumed: the checkpoint's masks, exactly
+            self._install_masks()
+        for optimizer in trainer.optimizers:
+            self._hooks.append(optimizer.register_step_post_hook(lambda *_: self._apply()))
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        for hook in self._hooks:
+            hook.remove()
+        self._hooks.clear()
+
+    # --- pruning ------------------------------------------------------------------------------------
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        stage = self.schedule.stage_starting_at(trainer.current_epoch)
+        if stage is None or stage <= self.completed_stage:
+            return
+        target = self.schedule.stage_targets[stage]
+        scores = self._scores(trainer, pl_module)
+        self.codes = self.pattern.keep_codes(scores, target, self.scope, self.schedule.target)  # type: ignore[arg-type]
+        self._install_masks()
+        self.completed_stage = stage
+        achieved = overall_sparsity(self.weights)
+        log.info("stage %d: pruned to %.4f (target %.4f) with %s", stage, achieved, target, self.pattern.name)
+        self._log_sparsity(trainer, pl_module, stage)
+
+    def _scores(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, torch.Tensor]:
+        if self.importance["kind"] == "magnitude":
+            return magnitude_scores(self.weights)
+        batches = (move_data_to_device(batch, pl_module.device) for batch in trainer.train_dataloader)
+        with trainer.precision_plugin.forward_context():
+            scores = taylor_scores(self.weights, pl_module.compute_loss, batches, int(self.importance["num_batches"]))
+        return reduce_scores(scores, lambda t: trainer.strategy.reduce(t.to(pl_module.device), reduce_op="mean"))
+
+    def _install_masks(self) -> None:
+        self.masked = MaskedWeights(self.weights, self.codes)
+        self._apply()
+
+    def _apply(self) -> None:
+        if self.masked is not None:
+            self.masked.apply()
+
+    def on_before_optimizer_step(self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: Any) -> None:
+        if self.masked is not None:
+            self.masked.mask_gradients()
+
+    # --- reporting ----------------------------------------------------------------------------------
+    def _log_sparsity(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: int) -> None:
+        per_layer = layer_sparsity(self.weights)
+        metrics = {f"sparsity/{name}": value for name, value in per_layer.items()}
+        metrics["sparsity/overall"] = overall_sparsity(self.weights)
+        metrics["prune/stage"] = float(stage)
+        for logger in trainer.loggers:
+            logger.log_metrics(metrics, step=trainer.global_step)
+        if trainer.is_global_zero:
+            self._plot_layers(trainer, per_layer, stage)
+
+    def _plot_layers(self, trainer: L.Trainer, per_layer: Mapping[str, float], stage: int) -> None:
+        title = f"{self.pattern.name} stage {stage}: {100 * overall_sparsity(self.weights):.1f}% overall"
+        figure = layer_sparsity_figure(per_layer, title)
+        directory = self.plot_dir or Path(trainer.default_root_dir) / "plots"
+        path = save_figure(figure, directory / f"layer_sparsity_stage{stage}.png")
+        for logger in trainer.loggers:
+            if isinstance(logger, WandbLogger):
+                logger.log_image(key="sparsity/per_layer", images=[str(path)], step=trainer.global_step)
+
+    def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        epoch = trainer.current_epoch
+        if trainer.sanity_checking or not self.schedule.is_phase_end(epoch):
+            return
+        metric = trainer.callback_metrics.get(self.monitor)
+        stage = self.schedule.stage_of_epoch(epoch)
+        result = {
+            "stage": stage,
+            "target": 0.0 if stage < 0 else self.schedule.stage_targets[stage],
+            "sparsity": overall_sparsity(self.weights),
+            self.monitor: float(metric) if metric is not None else float("nan"),
+        }
+        self.stage_results = [r for r in self.stage_results if r["stage"] != stage] + [result]
+        pl_module.log_dict({"stage/sparsity": result["sparsity"], f"stage/{self.monitor}": result[self.monitor]})
+        log.info("stage %d done: sparsity %.4f, %s %.4f", stage, result["sparsity"], self.monitor, result[self.monitor])
+
+    # --- checkpoint ---------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "completed_stage": self.completed_stage,
+            "codes": {name: codes.clone() for name, codes in self.codes.items()},
+            "stage_results": list(self.stage_results),
+            "pattern": dict(self.pattern_config, name=self.pattern.name),
+            "schedule": {**asdict(self.schedule), "targets": list(self.schedule.targets)},
+            "scope": self.scope,
+        }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.completed_stage = int(state_dict["completed_stage"])
+        self.codes = dict(state_dict["codes"])
+        self.stage_results = list(state_dict["stage_results"])

@@ -1,0 +1,1 @@
+"""Packing pruned weights, sparse modules that compute from the packed form, and inference timing."""

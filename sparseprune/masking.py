@@ -1,0 +1,43 @@
+"""Keeping pruned weights at exactly zero, and measuring how sparse the model is."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+
+from sparseprune.gemm_view import PrunableWeight, from_gemm
+from sparseprune.patterns import keep_mask
+
+
+class MaskedWeights:
+    """Keep masks laid out like each parameter and living on its device, applied in place."""
+
+    def __init__(self, weights: list[PrunableWeight], codes: Mapping[str, torch.Tensor]) -> None:
+        self.weights = [w for w in weights if w.name in codes]
+        self.masks = {
+            w.name: from_gemm(keep_mask(codes[w.name]), w.param.shape).to(w.param.device) for w in self.weights
+        }
+
+    @torch.no_grad()
+    def apply(self) -> None:
+        for weight in self.weights:
+            weight.param.mul_(self.masks[weight.name])
+
+    @torch.no_grad()
+    def mask_gradients(self) -> None:
+        """Zero gradients of pruned weights so momentum and Adam states never build up behind the mask."""
+        for weight in self.weights:
+            if weight.param.grad is not None:
+                weight.param.grad.mul_(self.masks[weight.name])
+
+
+def layer_sparsity(weights: list[PrunableWeight]) -> dict[str, float]:
+    """Fraction of exact zeros in each weight."""
+    return {w.name: float((w.param.detach() == 0).float().mean()) for w in weights}
+
+
+def overall_sparsity(weights: list[PrunableWeight]) -> float:
+    zeros = sum(int((w.param.detach() == 0).sum()) for w in weights)
+    total = sum(w.param.numel() for w in weights)
+    return zeros / max(total, 1)

@@ -1,0 +1,54 @@
+"""The contract between a task's LightningModule and the pruning machinery.
+
+The pruning callback never knows which model it prunes: it asks the module for a loss on a batch (for
+Taylor importance) and for the names of weights that stay dense (`prune_exclude`, fnmatch patterns on
+parameter names). Everything else is found generically in the GEMM view (`sparseprune.gemm_view`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import lightning as L
+import torch
+
+
+class PrunableTask(L.LightningModule):
+    """Base of every task module: optimizer wiring and the two hooks the pruning callback uses."""
+
+    def __init__(
+        self,
+        optimizer: Any = None,
+        scheduler: Any = None,
+        prune_exclude: Sequence[str] = (),
+    ) -> None:
+        super().__init__()
+        self.optimizer_factory = optimizer
+        self.scheduler_factory = scheduler
+        self.prune_exclude = list(prune_exclude)
+
+    def compute_loss(self, batch: Any) -> torch.Tensor:
+        """Training loss of one batch, without logging: the Taylor importance backpropagates it."""
+        raise NotImplementedError
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        loss = self.compute_loss(batch)
+        self.log("train/loss", loss, prog_bar=True, batch_size=self.batch_size_of(batch))
+        return loss
+
+    @staticmethod
+    def batch_size_of(batch: Any) -> int:
+        """Leading dimension of the first tensor in the batch, for correct metric averaging."""
+        first = batch[0] if isinstance(batch, list | tuple) else next(iter(batch.values()))
+        return int(first.shape[0])
+
+    def configure_optimizers(self) -> Any:
+        """Optimizers come from Hydra as partials (`_partial_: true`) and are finished here."""
+        if self.optimizer_factory is None:
+            return torch.optim.SGD(self.parameters(), lr=0.01, momentum=0.9)
+        optimizer = self.optimizer_factory(params=self.parameters())
+        if self.scheduler_factory is None:
+            return optimizer
+        scheduler = self.scheduler_factory(optimizer=optimizer)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "epoch"}}

@@ -1,0 +1,74 @@
+"""The pattern interface and its registry.
+
+A pattern turns importance scores (one K x N tensor per layer, GEMM view) into *keep codes* at a target
+sparsity: uint8 tensors with 0 = pruned, 1 = kept by the pattern's structure, 2 = kept as an element-wise
+residual (only TEW uses 2; its packer needs to tell the tile part from the residual).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from typing import ClassVar
+
+import torch
+
+from sparseprune.errors import UserError
+from sparseprune.patterns.ranking import Scope
+
+PRUNED, KEPT, RESIDUAL = 0, 1, 2
+PATTERNS: dict[str, type[Pattern]] = {}
+
+
+class Pattern(ABC):
+    """Scores -> keep codes. Subclasses register themselves under `name`."""
+
+    name: ClassVar[str]
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        if "name" in cls.__dict__:
+            PATTERNS[cls.name] = cls
+
+    def check_fits(self, shapes: Mapping[str, tuple[int, int]]) -> None:
+        """Raise UserError when the pattern's sizes do not fit a layer's (K, N)."""
+
+    def fixed_sparsity(self) -> float | None:
+        """The sparsity the pattern itself dictates (N:M), or None when the schedule chooses it."""
+        return None
+
+    @abstractmethod
+    def keep_codes(
+        self,
+        scores: Mapping[str, torch.Tensor],
+        sparsity: float,
+        scope: Scope = "global",
+        final_sparsity: float | None = None,
+    ) -> dict[str, torch.Tensor]:
+        """Keep codes per layer at `sparsity`; `final_sparsity` is the run's end target (apriori tuning)."""
+
+
+def build_pattern(name: str, **options: object) -> Pattern:
+    """Look a pattern up by name; unknown names and options give one clear line."""
+    if name not in PATTERNS:
+        raise UserError(f"unknown pattern {name!r}; choose one of {sorted(PATTERNS)}")
+    try:
+        return PATTERNS[name](**options)
+    except TypeError as error:
+        raise UserError(f"pattern {name!r}: {error}") from None
+
+
+def keep_mask(codes: torch.Tensor) -> torch.Tensor:
+    """Boolean keep mask from keep codes."""
+    return codes != PRUNED
+
+
+def require_multiple(value: int, step: int, what: str, layer: str) -> None:
+    if value % step:
+        raise UserError(f"{what}={step} does not fit layer {layer!r}: its size {value} is not a multiple of it")
+
+
+def require_positive(**values: int) -> None:
+    for key, value in values.items():
+        if not isinstance(value, int) or value <= 0:
+            raise UserError(f"{key} must be a positive integer, got {value!r}")
