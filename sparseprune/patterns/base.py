@@ -30,8 +30,8 @@ class Pattern(ABC):
         if "name" in cls.__dict__:
             PATTERNS[cls.name] = cls
 
-    def check_fits(self, shapes: Mapping[str, tuple[int, int]]) -> None:
-        """Raise UserError when the pattern's sizes do not fit a layer's (K, N)."""
+    def check_fits(self, shapes: Mapping[str, tuple[int, int]]) -> None:  # noqa: B027 (optional hook)
+        """Raise UserError when the pattern's sizes do not fit a layer's (K, N); most patterns fit any."""
 
     def fixed_sparsity(self) -> float | None:
         """The sparsity the pattern itself dictates (N:M), or None when the schedule chooses it."""

@@ -65,9 +65,7 @@ def prune_by_scope(
         return prune_lowest(units, max(n_prune, 0))
     if scope == "layer":
         return {
-            name: prune_lowest({name: layer_units}, max(round(sparsity * numel[name]) - done.get(name, 0), 0))[
-                name
-            ]
+            name: prune_lowest({name: layer_units}, max(round(sparsity * numel[name]) - done.get(name, 0), 0))[name]
             for name, layer_units in units.items()
         }
     raise UserError(f"unknown pruning scope {scope!r}; choose 'global' or 'layer'")

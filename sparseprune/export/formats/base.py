@@ -30,9 +30,7 @@ class PackedWeight(Protocol):
         """Inverse of (`tensors`, `metadata`)."""
         ...
 
-    def matmul(
-        self, x: torch.Tensor, bias: torch.Tensor | None = None, activation: str | None = None
-    ) -> torch.Tensor:
+    def matmul(self, x: torch.Tensor, bias: torch.Tensor | None = None, activation: str | None = None) -> torch.Tensor:
         """y = act(x @ B + bias) for x of shape (M, K); activation is None, "relu" or "gelu"."""
         ...
 
