@@ -47,9 +47,7 @@ def _check_variant(variant: str) -> None:
         raise UserError(f"unknown VGG16 variant {variant!r}; choose one of {', '.join(VARIANTS)} (or auto)")
 
 
-def _check_args(
-    num_classes: int, in_channels: int, variant: str, width_multiplier: float, dropout: float
-) -> None:
+def _check_args(num_classes: int, in_channels: int, variant: str, width_multiplier: float, dropout: float) -> None:
     _check_variant(variant)
     if num_classes < 2:
         raise UserError(f"num_classes must be at least 2, got {num_classes}")
