@@ -139,7 +139,7 @@ def build_vgg16(
     feature_dim = scaled_channels(int(VGG16_LAYOUT[-2]), width_multiplier)
     pool_size = 1 if variant == "small" else IMAGENET_POOL
     classifier = _classifier(variant, feature_dim, num_classes, width_multiplier, dropout)
-    model = VGG16(features, nn.AdaptiveAvgPool2d(pool_size), classifier)
+    model = VGG16(features, nn.AdaptiveAvgPool2d((pool_size, pool_size)), classifier)
     _init_weights(model)
     return model
 
