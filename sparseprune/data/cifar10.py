@@ -55,7 +55,7 @@ class CIFAR10DataModule(TensorImageDataModule):
         try:
             dataset = CIFAR10(str(self.data_dir), train=train, download=False)
         except RuntimeError as error:
-            raise self._absent(f"the files are missing or corrupt ({first_line(error)})") from error
+            raise self._absent("the files are missing or fail their checksums") from error
         log.info("read CIFAR-10 %s split from %s", "train" if train else "test", self.data_dir / FOLDER)
         images = torch.from_numpy(dataset.data).permute(0, 3, 1, 2).contiguous()
         return images, torch.tensor(dataset.targets, dtype=torch.long)
