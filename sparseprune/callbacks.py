@@ -14,8 +14,9 @@ from typing import Any
 import lightning as L
 import torch
 from lightning.pytorch.loggers import WandbLogger
-from lightning.pytorch.utilities import move_data_to_device
 
+from sparseprune.batches import transfer_batch
+from sparseprune.checkpoints import PRUNING_STATE_KEY
 from sparseprune.errors import UserError
 from sparseprune.gemm_view import PrunableWeight, find_prunable
 from sparseprune.importance import KINDS, magnitude_scores, reduce_scores, taylor_scores
@@ -71,7 +72,7 @@ class StagedPruning(L.Callback):
 
     @property
     def state_key(self) -> str:
-        return "StagedPruning"
+        return PRUNING_STATE_KEY
 
     # --- set-up -------------------------------------------------------------------------------------
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
@@ -81,7 +82,8 @@ class StagedPruning(L.Callback):
             raise UserError("no prunable weights left after `exclude`; check the exclude patterns")
         self.pattern.check_fits({w.name: w.gemm_shape for w in self.weights})
         self.monitor = self.monitor or getattr(pl_module, "monitor", "val/acc")
-        if stage == "fit" and trainer.max_epochs is not None and trainer.max_epochs < self.schedule.total_epochs:
+        too_short = trainer.max_epochs is not None and trainer.max_epochs < self.schedule.total_epochs
+        if stage == "fit" and too_short and not trainer.fast_dev_run:
             raise UserError(
                 f"the schedule needs {self.schedule.total_epochs} epochs but trainer.max_epochs={trainer.max_epochs}"
             )
@@ -99,22 +101,29 @@ class StagedPruning(L.Callback):
 
     # --- pruning ------------------------------------------------------------------------------------
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        stage = self.schedule.stage_starting_at(trainer.current_epoch)
-        if stage is None or stage <= self.completed_stage:
+        if trainer.fast_dev_run:  # one epoch only: run every stage now so the whole path is exercised
+            for stage in range(self.completed_stage + 1, len(self.schedule.stage_targets)):
+                self._prune_stage(trainer, pl_module, stage)
             return
+        stage = self.schedule.stage_starting_at(trainer.current_epoch)
+        if stage is not None and stage > self.completed_stage:
+            self._prune_stage(trainer, pl_module, stage)
+
+    def _prune_stage(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: int) -> None:
         target = self.schedule.stage_targets[stage]
         scores = self._scores(trainer, pl_module)
         self.codes = self.pattern.keep_codes(scores, target, self.scope, self.schedule.target)  # type: ignore[arg-type]
         self._install_masks()
         self.completed_stage = stage
-        achieved = overall_sparsity(self.weights)
+        achieved = overall_sparsity(self.codes)
         log.info("stage %d: pruned to %.4f (target %.4f) with %s", stage, achieved, target, self.pattern.name)
         self._log_sparsity(trainer, pl_module, stage)
 
     def _scores(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, torch.Tensor]:
         if self.importance["kind"] == "magnitude":
             return magnitude_scores(self.weights)
-        batches = (move_data_to_device(batch, pl_module.device) for batch in trainer.train_dataloader)
+        datamodule = getattr(trainer, "datamodule", None)
+        batches = (transfer_batch(batch, pl_module, datamodule) for batch in trainer.train_dataloader)
         with trainer.precision_plugin.forward_context():
             scores = taylor_scores(self.weights, pl_module.compute_loss, batches, int(self.importance["num_batches"]))
         return reduce_scores(scores, lambda t: trainer.strategy.reduce(t.to(pl_module.device), reduce_op="mean"))
@@ -133,9 +142,9 @@ class StagedPruning(L.Callback):
 
     # --- reporting ----------------------------------------------------------------------------------
     def _log_sparsity(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: int) -> None:
-        per_layer = layer_sparsity(self.weights)
+        per_layer = layer_sparsity(self.codes)
         metrics = {f"sparsity/{name}": value for name, value in per_layer.items()}
-        metrics["sparsity/overall"] = overall_sparsity(self.weights)
+        metrics["sparsity/overall"] = overall_sparsity(self.codes)
         metrics["prune/stage"] = float(stage)
         for logger in trainer.loggers:
             logger.log_metrics(metrics, step=trainer.global_step)
@@ -143,7 +152,7 @@ class StagedPruning(L.Callback):
             self._plot_layers(trainer, per_layer, stage)
 
     def _plot_layers(self, trainer: L.Trainer, per_layer: Mapping[str, float], stage: int) -> None:
-        title = f"{self.pattern.name} stage {stage}: {100 * overall_sparsity(self.weights):.1f}% overall"
+        title = f"{self.pattern.name} stage {stage}: {100 * overall_sparsity(self.codes):.1f}% overall"
         figure = layer_sparsity_figure(per_layer, title)
         directory = self.plot_dir or Path(trainer.default_root_dir) / "plots"
         path = save_figure(figure, directory / f"layer_sparsity_stage{stage}.png")
@@ -152,15 +161,15 @@ class StagedPruning(L.Callback):
                 logger.log_image(key="sparsity/per_layer", images=[str(path)], step=trainer.global_step)
 
     def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        epoch = trainer.current_epoch
-        if trainer.sanity_checking or not self.schedule.is_phase_end(epoch):
+        phase_end = trainer.fast_dev_run or self.schedule.is_phase_end(trainer.current_epoch)
+        if trainer.sanity_checking or not phase_end:
             return
         metric = trainer.callback_metrics.get(self.monitor)
-        stage = self.schedule.stage_of_epoch(epoch)
+        stage = self.completed_stage
         result = {
             "stage": stage,
             "target": 0.0 if stage < 0 else self.schedule.stage_targets[stage],
-            "sparsity": overall_sparsity(self.weights),
+            "sparsity": overall_sparsity(self.codes),
             self.monitor: float(metric) if metric is not None else float("nan"),
         }
         self.stage_results = [r for r in self.stage_results if r["stage"] != stage] + [result]

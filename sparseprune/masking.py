@@ -32,12 +32,11 @@ class MaskedWeights:
                 weight.param.grad.mul_(self.masks[weight.name])
 
 
-def layer_sparsity(weights: list[PrunableWeight]) -> dict[str, float]:
-    """Fraction of exact zeros in each weight."""
-    return {w.name: float((w.param.detach() == 0).float().mean()) for w in weights}
+def layer_sparsity(codes: Mapping[str, torch.Tensor]) -> dict[str, float]:
+    """Fraction of each layer the mask prunes (kept weights that happen to be zero do not count)."""
+    return {name: 1.0 - float(keep_mask(layer_codes).float().mean()) for name, layer_codes in codes.items()}
 
 
-def overall_sparsity(weights: list[PrunableWeight]) -> float:
-    zeros = sum(int((w.param.detach() == 0).sum()) for w in weights)
-    total = sum(w.param.numel() for w in weights)
-    return zeros / max(total, 1)
+def overall_sparsity(codes: Mapping[str, torch.Tensor]) -> float:
+    pruned = sum(int((~keep_mask(layer_codes)).sum()) for layer_codes in codes.values())
+    return pruned / max(sum(layer_codes.numel() for layer_codes in codes.values()), 1)

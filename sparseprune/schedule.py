@@ -68,12 +68,6 @@ class Schedule:
         stage = offset // self.finetune_epochs
         return stage if stage < len(self.stage_targets) else None
 
-    def stage_of_epoch(self, epoch: int) -> int:
-        """-1 while dense, then the stage whose fine-tuning `epoch` belongs to (the last one afterwards)."""
-        if epoch < self.dense_epochs:
-            return -1
-        return min((epoch - self.dense_epochs) // self.finetune_epochs, len(self.stage_targets) - 1)
-
     def is_phase_end(self, epoch: int) -> bool:
         """True for the last epoch of the dense phase or of a stage: where per-stage accuracy is read."""
-        return self.stage_of_epoch(epoch) != self.stage_of_epoch(epoch + 1) or epoch + 1 == self.total_epochs
+        return self.stage_starting_at(epoch + 1) is not None or epoch + 1 == self.total_epochs

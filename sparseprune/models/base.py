@@ -27,10 +27,30 @@ class PrunableTask(L.LightningModule):
         self.optimizer_factory = optimizer
         self.scheduler_factory = scheduler
         self.prune_exclude = list(prune_exclude)
+        self.run_config: dict[str, Any] | None = None  # the resolved Hydra config, set by train.py
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Store the run's resolved config so export.py rebuilds the same model and data from the file alone."""
+        if self.run_config is not None:
+            checkpoint["run_config"] = self.run_config
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.run_config = checkpoint.get("run_config", self.run_config)
 
     def compute_loss(self, batch: Any) -> torch.Tensor:
         """Training loss of one batch, without logging: the Taylor importance backpropagates it."""
         raise NotImplementedError
+
+    def predict_batch(self, batch: Any) -> torch.Tensor:
+        """The model's outputs for a batch, labels left out: what export compares and times.
+
+        Tuple batches feed their first element; dict batches feed every key but `labels`. Tasks whose forward
+        takes something else override this.
+        """
+        if isinstance(batch, list | tuple):
+            return self(batch[0])
+        outputs = self(**{key: value for key, value in batch.items() if key != "labels"})
+        return outputs.logits if hasattr(outputs, "logits") else outputs
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         loss = self.compute_loss(batch)

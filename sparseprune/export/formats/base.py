@@ -41,3 +41,30 @@ class PackedWeight(Protocol):
     def to(self, device: torch.device | str, dtype: torch.dtype | None = None) -> PackedWeight:
         """A copy on another device; `dtype` converts the values only, never the indices."""
         ...
+
+
+class TensorBundleMixin:
+    """`nbytes` and `to` for any format whose state is exactly `tensors()` + `metadata()`."""
+
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.tensors().values())  # type: ignore[attr-defined]
+
+    def to(self, device: torch.device | str, dtype: torch.dtype | None = None) -> PackedWeight:
+        moved = {
+            name: t.to(device=device, dtype=dtype if dtype is not None and t.is_floating_point() else t.dtype)
+            for name, t in self.tensors().items()  # type: ignore[attr-defined]
+        }
+        return type(self).from_tensors(moved, self.metadata())  # type: ignore[attr-defined]
+
+
+def apply_epilogue(y: torch.Tensor, bias: torch.Tensor | None, activation: str | None) -> torch.Tensor:
+    """Bias then activation, as every kernel's fused epilogue does."""
+    if bias is not None:
+        y = y + bias
+    if activation is None:
+        return y
+    if activation == "relu":
+        return torch.relu(y)
+    if activation == "gelu":
+        return torch.nn.functional.gelu(y)
+    raise ValueError(f"unknown activation {activation!r}; expected None, 'relu' or 'gelu'")

@@ -1,0 +1,46 @@
+"""Reading training checkpoints with clear errors: missing, corrupt, or without pruning masks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from sparseprune.errors import UserError
+
+PRUNING_STATE_KEY = "StagedPruning"
+
+
+def check_checkpoint_file(path: Path) -> None:
+    if not path.exists():
+        raise UserError(f"checkpoint {path} does not exist")
+    if not path.is_file():
+        raise UserError(f"checkpoint {path} is not a file")
+
+
+def load_checkpoint(path: Path) -> dict[str, Any]:
+    """The checkpoint dict, on CPU. Checkpoints are the user's own training output, so full unpickling is allowed."""
+    check_checkpoint_file(path)
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as error:  # torch raises many types for truncated or foreign files
+        raise UserError(f"checkpoint {path} is corrupt or not a torch checkpoint ({type(error).__name__})") from None
+    if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
+        raise UserError(f"{path} is not a Lightning checkpoint (no state_dict)")
+    return checkpoint
+
+
+def pruning_state(checkpoint: dict[str, Any], path: Path) -> dict[str, Any]:
+    """The StagedPruning callback's saved state: keep codes per layer, pattern, schedule."""
+    state = checkpoint.get("callbacks", {}).get(PRUNING_STATE_KEY)
+    if not state or not state.get("codes"):
+        raise UserError(f"checkpoint {path} has no pruning masks: it was saved before the first pruning stage")
+    return state
+
+
+def run_config(checkpoint: dict[str, Any], path: Path) -> dict[str, Any]:
+    config = checkpoint.get("run_config")
+    if not config:
+        raise UserError(f"checkpoint {path} carries no run config; it was not written by train.py")
+    return config

@@ -1,0 +1,42 @@
+"""Entry-point plumbing shared by train.py and export.py: one clear line for user mistakes."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from hydra.errors import InstantiationException
+
+from sparseprune.errors import UserError
+
+log = logging.getLogger("sparseprune")
+Result = TypeVar("Result")
+
+
+def _user_error_in(error: BaseException) -> UserError | None:
+    """Hydra wraps constructor errors; find a UserError anywhere in the cause chain."""
+    while error is not None:
+        if isinstance(error, UserError):
+            return error
+        error = error.__cause__ or error.__context__  # type: ignore[assignment]
+    return None
+
+
+def exit_on_user_error(main: Callable[..., Result]) -> Callable[..., Result]:
+    """Print `error: <message>` and exit with status 2 for UserErrors; real bugs keep their traceback."""
+
+    @functools.wraps(main)
+    def wrapper(*args: Any, **kwargs: Any) -> Result:
+        try:
+            return main(*args, **kwargs)
+        except (UserError, InstantiationException) as error:
+            user_error = _user_error_in(error)
+            if user_error is None:
+                raise
+            print(f"error: {user_error}", file=sys.stderr)
+            sys.exit(2)
+
+    return wrapper

@@ -1,0 +1,185 @@
+"""export.py's task: checkpoint -> packed weights on disk -> sparse model -> correctness check -> timing."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+from hydra.utils import instantiate
+from omegaconf import DictConfig
+from rich.console import Console
+from rich.table import Table
+from safetensors.torch import save_file
+
+from sparseprune.batches import to_dtype, transfer_batch
+from sparseprune.checkpoints import load_checkpoint, pruning_state, run_config
+from sparseprune.errors import UserError
+from sparseprune.export.formats.base import PackedWeight
+from sparseprune.export.packing import pack_layer
+from sparseprune.export.swap import sparsify, unpacked_layers
+from sparseprune.export.timing import time_call
+from sparseprune.gemm_view import find_prunable, to_gemm
+from sparseprune.masking import MaskedWeights
+
+log = logging.getLogger(__name__)
+
+
+def _device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise UserError(f"device={name} asked for, but no CUDA GPU is available; use device=cpu")
+    return torch.device(name)
+
+
+def _dtype(name: str, device: torch.device) -> torch.dtype:
+    choices = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+    if name == "auto":
+        return torch.float16 if device.type == "cuda" else torch.float32
+    if name not in choices:
+        raise UserError(f"dtype must be auto or one of {sorted(choices)}, got {name!r}")
+    return choices[name]
+
+
+def rebuild(ckpt: Path, batch_size: int) -> tuple[Any, Any, dict[str, Any]]:
+    """(masked dense module, datamodule, pruning state) from the checkpoint file alone."""
+    checkpoint = load_checkpoint(ckpt)
+    state = pruning_state(checkpoint, ckpt)
+    config = run_config(checkpoint, ckpt)
+    datamodule = instantiate(config["data"], batch_size=batch_size)
+    model = instantiate(config["model"], **datamodule.model_kwargs())
+    model.load_state_dict(checkpoint["state_dict"])
+    weights = find_prunable(model)
+    MaskedWeights(weights, state["codes"]).apply()
+    return model.eval(), datamodule, state
+
+
+def pack_model(model: Any, state: dict[str, Any]) -> dict[str, PackedWeight]:
+    weights = {w.name: w for w in find_prunable(model)}
+    missing = sorted(set(state["codes"]) - set(weights))
+    if missing:
+        raise UserError(f"checkpoint masks name weights the model lacks: {missing[:3]}")
+    return {
+        name: pack_layer(to_gemm(weights[name].param.detach()), codes, state["pattern"])
+        for name, codes in state["codes"].items()
+    }
+
+
+def save_packed(model: Any, packed: dict[str, PackedWeight], state: dict[str, Any], out_dir: Path) -> Path:
+    """packed.safetensors (packed arrays + every other parameter/buffer) and packed.json (how to read them)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tensors = {f"packed::{name}::{key}": t.contiguous() for name, p in packed.items() for key, t in p.tensors().items()}
+    tensors |= {f"dense::{k}": v.contiguous() for k, v in model.state_dict().items() if k not in packed}
+    save_file(tensors, out_dir / "packed.safetensors")
+    meta = {
+        "pattern": state["pattern"],
+        "layers": {
+            name: {"format": p.format_name, "metadata": p.metadata(), "packed_bytes": p.nbytes()}
+            for name, p in packed.items()
+        },
+    }
+    (out_dir / "packed.json").write_text(json.dumps(meta, indent=2))
+    return out_dir / "packed.safetensors"
+
+
+def _relative_error(output: torch.Tensor, reference: torch.Tensor) -> float:
+    scale = reference.abs().max().clamp(min=1e-12)
+    return float((output.float() - reference.float()).abs().max() / scale)
+
+
+@torch.inference_mode()
+def check_outputs(dense: Any, sparse: Any, batch: Any) -> float:
+    """Relative max error of the sparse model's outputs against the masked dense model's."""
+    return _relative_error(sparse.predict_batch(batch), dense.predict_batch(batch))
+
+
+def export(cfg: DictConfig) -> dict[str, Any]:
+    ckpt = Path(cfg.ckpt)
+    device = _device(cfg.device)
+    dtype = _dtype(cfg.dtype, device)
+    model, datamodule, state = rebuild(ckpt, cfg.batch_size)
+    packed = pack_model(model, state)
+    out_dir = Path(cfg.out_dir) if cfg.out_dir else ckpt.parent.parent / "export"
+    saved = save_packed(model, packed, state, out_dir)
+    weights = find_prunable(model)
+    sparse = sparsify(model, weights, packed)
+    datamodule.setup("validate")
+    batch = next(iter(datamodule.val_dataloader()))
+
+    fp32_error = check_outputs(model.to(device), sparse.to(device), transfer_batch(batch, model, None))
+    model, sparse = model.to(dtype), sparse.to(dtype)
+    timed_batch = to_dtype(transfer_batch(batch, model, None), dtype)
+    timed_error = check_outputs(model, sparse, timed_batch)
+    dense_time = time_call(lambda: model.predict_batch(timed_batch), device, cfg.warmup, cfg.repeats)
+    sparse_time = time_call(lambda: sparse.predict_batch(timed_batch), device, cfg.warmup, cfg.repeats)
+    report = {
+        "checkpoint": str(ckpt),
+        "packed_file": str(saved),
+        "pattern": state["pattern"],
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "dtype": str(dtype).removeprefix("torch."),
+        "batch_size": cfg.batch_size,
+        "layers": {
+            name: {
+                "format": p.format_name,
+                "dense_bytes": _dense_bytes(p, dtype),
+                "packed_bytes": p.to("cpu", dtype).nbytes(),
+            }
+            for name, p in packed.items()
+        },
+        "not_swapped": unpacked_layers(weights, packed),
+        "check": {"fp32_rel_error": fp32_error, "fp32_tolerance": cfg.tolerance, "timed_dtype_rel_error": timed_error},
+        "timing": {"dense": asdict(dense_time), "sparse": asdict(sparse_time)},
+        "speedup": dense_time.median_ms / sparse_time.median_ms,
+    }
+    (out_dir / "export_report.json").write_text(json.dumps(report, indent=2))
+    _print_report(report, out_dir)
+    if fp32_error > cfg.tolerance:
+        raise UserError(
+            f"sparse outputs differ from the masked dense model: rel error {fp32_error:.2e} > {cfg.tolerance}"
+        )
+    return report
+
+
+def _dense_bytes(packed: PackedWeight, dtype: torch.dtype) -> int:
+    k, n = packed.shape
+    return k * n * torch.tensor([], dtype=dtype).element_size()
+
+
+def _print_report(report: dict[str, Any], out_dir: Path) -> None:
+    console = Console()
+    sizes = Table(title=f"packed layers ({report['pattern']['name']}, {report['dtype']})")
+    for column in ("layer", "format", "dense KiB", "packed KiB", "ratio"):
+        sizes.add_column(column, justify="right" if column != "layer" else "left")
+    for name, layer in report["layers"].items():
+        ratio = layer["dense_bytes"] / max(layer["packed_bytes"], 1)
+        sizes.add_row(
+            name,
+            layer["format"],
+            f"{layer['dense_bytes'] / 1024:.1f}",
+            f"{layer['packed_bytes'] / 1024:.1f}",
+            f"{ratio:.2f}x",
+        )
+    console.print(sizes)
+    check = report["check"]
+    verdict = "PASS" if check["fp32_rel_error"] <= check["fp32_tolerance"] else "FAIL"
+    console.print(
+        f"correctness vs masked dense: fp32 rel error {check['fp32_rel_error']:.2e} "
+        f"(tolerance {check['fp32_tolerance']:.0e}) {verdict}; "
+        f"{report['dtype']} rel error {check['timed_dtype_rel_error']:.2e}"
+    )
+    timing = Table(title=f"inference, batch {report['batch_size']}, {report['device']}")
+    for column in ("model", "median ms", "p10 ms", "p90 ms"):
+        timing.add_column(column, justify="right")
+    for name in ("dense", "sparse"):
+        t = report["timing"][name]
+        timing.add_row(name, f"{t['median_ms']:.3f}", f"{t['p10_ms']:.3f}", f"{t['p90_ms']:.3f}")
+    console.print(timing)
+    console.print(f"speedup (dense / sparse median): {report['speedup']:.2f}x")
+    if report["not_swapped"]:
+        console.print(f"[yellow]pruned but computed dense (no sparse module yet): {report['not_swapped']}")
+    console.print(f"report: {out_dir / 'export_report.json'}")

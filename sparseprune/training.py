@@ -1,0 +1,104 @@
+"""The training task behind train.py: compose objects from the Hydra config, fit, prune, report."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+from rich.console import Console
+from rich.table import Table
+
+from sparseprune.callbacks import StagedPruning
+from sparseprune.checkpoints import check_checkpoint_file
+from sparseprune.errors import UserError
+from sparseprune.schedule import Schedule
+
+log = logging.getLogger(__name__)
+
+
+def _instantiate_group(group: DictConfig | None) -> list[Any]:
+    """Every `_target_` entry of a config group mapping (callbacks, loggers), in order."""
+    if not group:
+        return []
+    return [instantiate(entry) for entry in group.values() if entry is not None and "_target_" in entry]
+
+
+def _stage_table(results: list[dict[str, float]], monitor: str) -> Table:
+    table = Table(title="accuracy per pruning stage")
+    for column in ("stage", "target", "sparsity", monitor):
+        table.add_column(column, justify="right")
+    for row in results:
+        stage = "dense" if row["stage"] < 0 else str(int(row["stage"]))
+        table.add_row(stage, f"{row['target']:.3f}", f"{row['sparsity']:.4f}", f"{row[monitor]:.4f}")
+    return table
+
+
+def _finish_loggers(loggers: list[Any]) -> None:
+    """Close W&B runs even after a crash so offline files are complete."""
+    for logger in loggers:
+        experiment = getattr(logger, "_experiment", None)
+        if experiment is not None and hasattr(experiment, "finish"):
+            experiment.finish()
+
+
+def _route_lightning_logs_through_hydra() -> None:
+    """Lightning adds its own console handlers; Hydra's root handler already prints and files every record."""
+    for name in ("lightning", "lightning.pytorch", "lightning.fabric"):
+        logging.getLogger(name).handlers.clear()
+        logging.getLogger(name).propagate = True
+
+
+def train(cfg: DictConfig) -> dict[str, Any]:
+    """Fit with staged pruning; returns the per-stage results and the final checkpoint path."""
+    _route_lightning_logs_through_hydra()
+    L.seed_everything(cfg.seed, workers=True)
+    torch.set_float32_matmul_precision("high")
+    if cfg.trainer.get("max_epochs") is None:  # exactly the epochs the schedule needs
+        cfg.trainer.max_epochs = Schedule(**cfg.schedule).total_epochs
+    if cfg.get("ckpt_path"):
+        check_checkpoint_file(Path(cfg.ckpt_path))
+    datamodule = instantiate(cfg.data)
+    model = instantiate(cfg.model, **datamodule.model_kwargs())
+    model.run_config = OmegaConf.to_container(cfg, resolve=True)
+    callbacks = _instantiate_group(cfg.get("callbacks"))
+    loggers = _instantiate_group(cfg.get("logger"))
+    pruning = next((c for c in callbacks if isinstance(c, StagedPruning)), None)
+    if pruning is None:
+        raise UserError("callbacks must include staged_pruning (sparseprune.callbacks.StagedPruning)")
+    try:
+        trainer: L.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
+        for logger in loggers:
+            logger.log_hyperparams(model.run_config)
+        trainer.fit(model, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
+        if cfg.get("test") and not trainer.fast_dev_run:
+            trainer.test(model, datamodule=datamodule, ckpt_path=None)
+    finally:
+        _finish_loggers(loggers)
+    return _report(cfg, trainer, pruning)
+
+
+def _report(cfg: DictConfig, trainer: L.Trainer, pruning: StagedPruning) -> dict[str, Any]:
+    checkpoint = next((c for c in trainer.checkpoint_callbacks if c.last_model_path), None)
+    summary = {
+        "pattern": pruning.state_dict()["pattern"],
+        "target": pruning.schedule.target,
+        "stages": pruning.stage_results,
+        "test": {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("test/")},
+        "checkpoint": checkpoint.last_model_path if checkpoint else None,
+    }
+    output_dir = Path(cfg.paths.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    (output_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    console = Console()
+    console.print(_stage_table(pruning.stage_results, pruning.monitor or "val/acc"))
+    if summary["test"]:
+        console.print("test: " + ", ".join(f"{k} {v:.4f}" for k, v in summary["test"].items()))
+    console.print(f"checkpoint: {summary['checkpoint']}")
+    console.print(f"summary: {output_dir / 'summary.json'}")
+    return summary

@@ -1,0 +1,18 @@
+"""Train and prune in stages: `python train.py model=vgg16 pattern=tw` (see conf/ and the README)."""
+
+import hydra
+from omegaconf import DictConfig
+
+from sparseprune.cli import exit_on_user_error
+
+
+@hydra.main(version_base="1.3", config_path="conf", config_name="train")
+@exit_on_user_error
+def main(cfg: DictConfig) -> None:
+    from sparseprune.training import train  # heavy imports after Hydra has parsed the command line
+
+    train(cfg)
+
+
+if __name__ == "__main__":
+    main()
