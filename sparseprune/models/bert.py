@@ -1,0 +1,109 @@
+"""BERT sequence classification: the TW paper's Transformer workload.
+
+Each encoder layer has six prunable GEMMs (query, key, value, attention output, FFN in, FFN out): 72 in
+BERT-base, 36 in the embedded 6-layer MiniLM. Embeddings, pooler and classifier stay dense by default.
+The network lives under `model`, so parameter names read `model.bert.encoder.layer.<i>...`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from sparseprune.errors import UserError
+from sparseprune.metrics import classification_metrics
+from sparseprune.models.base import PrunableTask
+from sparseprune.pretrained import resolve_pretrained
+
+DENSE_BY_DEFAULT = ("*embeddings*", "*pooler*", "*classifier*")
+
+
+def load_bert(pretrained: str, num_labels: int, dropout: float | None = None) -> Any:
+    """BertForSequenceClassification from a checkpoint, with a fresh classifier head of `num_labels`."""
+    from transformers import AutoConfig, BertForSequenceClassification
+
+    path, local = resolve_pretrained(pretrained)
+    try:
+        config = AutoConfig.from_pretrained(path, local_files_only=local)
+    except (OSError, ValueError) as err:
+        raise UserError(f"pretrained={pretrained} is not a BERT checkpoint: {str(err).splitlines()[0]}") from err
+    if config.model_type != "bert":
+        raise UserError(f"pretrained={pretrained} is a {config.model_type!r} model, not BERT")
+    config.num_labels = num_labels
+    if dropout is not None:
+        config.hidden_dropout_prob = dropout
+    try:
+        model, info = BertForSequenceClassification.from_pretrained(
+            path, config=config, local_files_only=local, output_loading_info=True
+        )
+    except (OSError, ValueError) as err:
+        raise UserError(f"pretrained={pretrained}: no loadable BERT weights: {str(err).splitlines()[0]}") from err
+    missing = [k for k in info["missing_keys"] if not k.startswith(("classifier.", "bert.pooler."))]
+    if missing:
+        raise UserError(
+            f"pretrained={pretrained}: {len(missing)} encoder weights missing from the checkpoint "
+            f"(e.g. {missing[0]}); is it a BERT checkpoint?"
+        )
+    return model
+
+
+class TextClassifier(PrunableTask):
+    """Fine-tunes a pretrained BERT on a sentence (pair) classification task; `val/acc` is the stage metric."""
+
+    monitor = "val/acc"
+
+    def __init__(
+        self,
+        num_labels: int,
+        pretrained: str = "embedded-minilm",
+        metrics: Sequence[str] = ("acc",),
+        tokenizer_vocab_size: int | None = None,
+        max_length: int | None = None,
+        dropout: float | None = None,
+        optimizer: Any = None,
+        scheduler: Any = None,
+        prune_exclude: Sequence[str] | None = None,
+    ) -> None:
+        exclude = DENSE_BY_DEFAULT if prune_exclude is None else prune_exclude
+        super().__init__(optimizer=optimizer, scheduler=scheduler, prune_exclude=exclude)
+        self.save_hyperparameters(ignore=["optimizer", "scheduler"])
+        self.model = load_bert(pretrained, num_labels, dropout)
+        config = self.model.config
+        if tokenizer_vocab_size is not None and tokenizer_vocab_size > config.vocab_size:
+            raise UserError(
+                f"tokenizer has {tokenizer_vocab_size} tokens but {pretrained} embeds only "
+                f"{config.vocab_size}: data.tokenizer and model.pretrained must match"
+            )
+        if max_length is not None and max_length > config.max_position_embeddings:
+            raise UserError(
+                f"data.max_length={max_length} exceeds the model's {config.max_position_embeddings} positions"
+            )
+        self.val_metrics = classification_metrics(metrics, num_labels, prefix="val/")
+        self.test_metrics = classification_metrics(metrics, num_labels, prefix="test/")
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.model(
+            input_ids=batch["input_ids"],
+            attention_mask=batch["attention_mask"],
+            token_type_ids=batch["token_type_ids"],
+        ).logits
+
+    def compute_loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return F.cross_entropy(self(batch), batch["labels"])
+
+    def _evaluate(self, batch: dict[str, torch.Tensor], split: str, metrics: Any) -> None:
+        logits = self(batch)
+        batch_size = self.batch_size_of(batch)
+        loss = F.cross_entropy(logits, batch["labels"])
+        metrics.update(logits.argmax(dim=-1), batch["labels"])
+        self.log(f"{split}/loss", loss, prog_bar=split == "val", batch_size=batch_size, sync_dist=True)
+        self.log_dict(metrics, prog_bar=True, batch_size=batch_size)
+
+    def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+        self._evaluate(batch, "val", self.val_metrics)
+
+    def test_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+        self._evaluate(batch, "test", self.test_metrics)
