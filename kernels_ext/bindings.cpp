@@ -1,0 +1,161 @@
+// Torch bindings of the sparseprune kernels: validate every input on the host, then hand raw pointers to the
+// CUDA files (which never include torch, so they compile fast).
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/extension.h>
+
+#include <optional>
+
+#include "tw_gemm.h"
+
+namespace {
+
+namespace tw = sparseprune::tw;
+
+void check_cuda_tensor(const at::Tensor& t, const char* name, const at::Device& device) {
+  TORCH_CHECK(t.is_cuda(), name, " must be a CUDA tensor");
+  TORCH_CHECK(t.device() == device, name, " is on ", t.device(), " but x is on ", device);
+  TORCH_CHECK(t.is_contiguous(), name, " must be contiguous");
+}
+
+void check_index(const at::Tensor& t, const char* name, const at::Device& device, int64_t numel) {
+  check_cuda_tensor(t, name, device);
+  TORCH_CHECK(t.scalar_type() == at::kInt, name, " must be int32, got ", t.scalar_type());
+  TORCH_CHECK(numel < 0 || t.numel() == numel, name, " must have ", numel, " entries, got ", t.numel());
+}
+
+int sm_count(int device) {
+  int count = 0;
+  const cudaError_t err = cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device);
+  TORCH_CHECK(err == cudaSuccess, "cudaDeviceGetAttribute failed: ", cudaGetErrorString(err));
+  return count;
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// y = act(x @ B + bias) for the packed TW weight B (K x N). x is (M, K) row-major, or (K, M) when
+// feature_major (then y is (N, M) too, so consecutive sparse layers need no transpose).
+at::Tensor tw_matmul(const at::Tensor& x, const at::Tensor& values, const at::Tensor& rows,
+                     const at::Tensor& tile_ptr, const at::Tensor& cols, const at::Tensor& col_pos,
+                     const at::Tensor& pruned_cols, const std::optional<at::Tensor>& bias,
+                     const std::optional<at::Tensor>& res_ptr, const std::optional<at::Tensor>& res_rows,
+                     const std::optional<at::Tensor>& res_vals, int64_t K, int64_t N, int64_t granularity,
+                     int64_t max_tile_k, int64_t activation, bool feature_major) {
+  TORCH_CHECK(x.dim() == 2, "x must be 2-D, got ", x.dim(), "-D");
+  TORCH_CHECK(x.is_cuda(), "x must be a CUDA tensor");
+  const at::Device device = x.device();
+  check_cuda_tensor(x, "x", device);
+  const auto dtype = x.scalar_type();
+  TORCH_CHECK(dtype == at::kHalf || dtype == at::kBFloat16, "x must be float16 or bfloat16, got ", dtype);
+  const int64_t M = feature_major ? x.size(1) : x.size(0);
+  TORCH_CHECK((feature_major ? x.size(0) : x.size(1)) == K, "x has K = ", feature_major ? x.size(0) : x.size(1),
+              " but the packed weight has K = ", K);
+  TORCH_CHECK(K % 8 == 0 && N % 8 == 0, "K and N must be multiples of 8, got K = ", K, ", N = ", N);
+  TORCH_CHECK(granularity == 32 || granularity == 64 || granularity == 128, "granularity must be 32, 64 or 128");
+  TORCH_CHECK(activation >= 0 && activation <= 2, "activation code must be 0 (none), 1 (relu) or 2 (gelu)");
+  TORCH_CHECK(!feature_major || M % 8 == 0 || M <= tw::kSmallM,
+              "feature-major x needs M a multiple of 8 (16-byte rows), got M = ", M);
+  TORCH_CHECK(aligned16(x.data_ptr()), "x must be 16-byte aligned");
+
+  check_cuda_tensor(values, "values", device);
+  TORCH_CHECK(values.scalar_type() == dtype, "values are ", values.scalar_type(), " but x is ", dtype);
+  TORCH_CHECK(aligned16(values.data_ptr()), "values must be 16-byte aligned");
+  TORCH_CHECK(tile_ptr.numel() >= 1, "tile_ptr must have num_tiles + 1 entries");
+  const int64_t num_tiles = tile_ptr.numel() - 1;
+  check_index(tile_ptr, "tile_ptr", device, -1);
+  check_index(rows, "rows", device, -1);
+  TORCH_CHECK(rows.numel() % tw::kKStep == 0, "rows must be padded to a multiple of ", tw::kKStep);
+  TORCH_CHECK(values.numel() == rows.numel() * granularity, "values must hold rows x G = ",
+              rows.numel() * granularity, " entries, got ", values.numel());
+  check_index(cols, "cols", device, num_tiles * granularity);
+  check_index(col_pos, "col_pos", device, N);
+  check_index(pruned_cols, "pruned_cols", device, -1);
+  TORCH_CHECK(max_tile_k >= 0 && max_tile_k % tw::kKStep == 0, "max_tile_k must be a multiple of ", tw::kKStep);
+  if (bias.has_value()) {
+    check_cuda_tensor(*bias, "bias", device);
+    TORCH_CHECK(bias->scalar_type() == dtype, "bias is ", bias->scalar_type(), " but x is ", dtype);
+    TORCH_CHECK(bias->numel() == N, "bias must have N = ", N, " entries, got ", bias->numel());
+  }
+  const bool has_residual = res_ptr.has_value();
+  TORCH_CHECK(has_residual == res_rows.has_value() && has_residual == res_vals.has_value(),
+              "the TEW residual needs res_ptr, res_rows and res_vals together");
+  if (has_residual) {
+    check_index(*res_ptr, "res_ptr", device, N + 1);
+    check_index(*res_rows, "res_rows", device, -1);
+    check_cuda_tensor(*res_vals, "res_vals", device);
+    TORCH_CHECK(res_vals->scalar_type() == dtype, "res_vals are ", res_vals->scalar_type(), " but x is ", dtype);
+    TORCH_CHECK(res_vals->numel() == res_rows->numel(), "res_vals and res_rows differ in length");
+  }
+
+  const c10::cuda::CUDAGuard guard(device);
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device.index()).stream();
+  auto opts = x.options();
+  at::Tensor y = feature_major ? at::empty({N, M}, opts) : at::empty({M, N}, opts);
+  if (M == 0) return y;
+
+  tw::PackedTile w{};
+  w.values = values.data_ptr();
+  w.rows = rows.data_ptr<int32_t>();
+  w.tile_ptr = tile_ptr.data_ptr<int32_t>();
+  w.cols = cols.data_ptr<int32_t>();
+  w.col_pos = col_pos.data_ptr<int32_t>();
+  w.pruned_cols = pruned_cols.data_ptr<int32_t>();
+  w.res_ptr = has_residual ? res_ptr->data_ptr<int32_t>() : nullptr;
+  w.res_rows = has_residual ? res_rows->data_ptr<int32_t>() : nullptr;
+  w.res_vals = has_residual ? res_vals->data_ptr() : nullptr;
+  w.num_tiles = static_cast<int32_t>(num_tiles);
+  w.granularity = static_cast<int32_t>(granularity);
+  w.num_pruned = static_cast<int32_t>(pruned_cols.numel());
+  w.max_tile_k = static_cast<int32_t>(max_tile_k);
+  w.K = K;
+  w.N = N;
+
+  tw::Problem p{};
+  p.M = M;
+  p.bias = bias.has_value() ? bias->data_ptr() : nullptr;
+  p.y = y.data_ptr();
+  p.activation = static_cast<tw::Activation>(activation);
+  p.dtype = dtype == at::kHalf ? tw::DType::kHalf : tw::DType::kBFloat16;
+  p.num_sms = sm_count(device.index());
+  p.stream = stream;
+  p.sym = feature_major ? 1 : N;
+  p.syn = feature_major ? M : 1;
+  p.y_vec16 = aligned16(p.y) && (feature_major ? M % 8 == 0 : N % 8 == 0);
+
+  // Large M reads x feature-major; a row-major x is transposed once here (fused-transpose-free callers pass
+  // feature_major=true and skip it).
+  at::Tensor xt;
+  if (feature_major || M <= tw::kSmallM) {
+    p.x = x.data_ptr();
+    p.sxm = feature_major ? 1 : K;
+    p.sxk = feature_major ? M : 1;
+  } else {
+    const int64_t ldt = (M + 7) / 8 * 8;
+    xt = at::empty({K, ldt}, opts);
+    const char* err = tw::launch_transpose(x.data_ptr(), xt.data_ptr(), M, K, ldt, p.dtype, stream);
+    TORCH_CHECK(err == nullptr, "transpose launch failed: ", err ? err : "");
+    p.x = xt.data_ptr();
+    p.sxm = 1;
+    p.sxk = ldt;
+  }
+  at::Tensor workspace;
+  if (tw::needs_workspace(w, p)) {
+    workspace = at::zeros({M, num_tiles * granularity}, opts.dtype(at::kFloat));
+    p.workspace = workspace.data_ptr<float>();
+  }
+  const char* err = tw::launch_tw_matmul(w, p);
+  TORCH_CHECK(err == nullptr, "tw_matmul launch failed: ", err ? err : "");
+  return y;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "sparseprune CUDA kernels (tile-wise sparse GEMM)";
+  m.def("tw_matmul", &tw_matmul, "Tile-wise sparse GEMM: act(x @ B + bias) from the packed TW layout",
+        pybind11::arg("x"), pybind11::arg("values"), pybind11::arg("rows"), pybind11::arg("tile_ptr"),
+        pybind11::arg("cols"), pybind11::arg("col_pos"), pybind11::arg("pruned_cols"), pybind11::arg("bias"),
+        pybind11::arg("res_ptr"), pybind11::arg("res_rows"), pybind11::arg("res_vals"), pybind11::arg("K"),
+        pybind11::arg("N"), pybind11::arg("granularity"), pybind11::arg("max_tile_k"),
+        pybind11::arg("activation"), pybind11::arg("feature_major"));
+}

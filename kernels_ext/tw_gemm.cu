@@ -1,0 +1,523 @@
+// Tile-wise (TW/TEW) sparse GEMM on tensor cores (mma.sync m16n8k16, sm_80+; built for sm_90a).
+//
+// Every tile is a dense GEMM over its own kept K rows, so one launch covers all tiles: a CTA takes (tile, M block,
+// K split), gathers the tile's kept rows of the feature-major activations xT (K x M) with 16-byte cp.async (each
+// kept row is a contiguous run of M, so the gather is coalesced), streams the tile's dense values, and writes its
+// G output columns through `cols`. Tiles come sorted by kept K, heaviest first, so the block scheduler balances
+// them over the SMs. Small M runs a split-K GEMV that is bound by the weight bytes instead.
+#include "tw_gemm.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+
+namespace sparseprune {
+namespace tw {
+namespace {
+
+template <typename T>
+__device__ __forceinline__ float to_float(T v);
+template <>
+__device__ __forceinline__ float to_float<__half>(__half v) { return __half2float(v); }
+template <>
+__device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+template <typename T>
+__device__ __forceinline__ T from_float(float v);
+template <>
+__device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+
+__device__ __forceinline__ float activate(float v, Activation act) {
+  if (act == Activation::kRelu) return fmaxf(v, 0.0f);
+  if (act == Activation::kGelu) return 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
+  return v;
+}
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16-byte global->shared copy; src_bytes == 0 fills zeros (padding rows, rows past M).
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t* r, const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+
+template <typename T>
+__device__ __forceinline__ void mma_16816(float* d, const uint32_t* a, const uint32_t* b);
+template <>
+__device__ __forceinline__ void mma_16816<__half>(float* d, const uint32_t* a, const uint32_t* b) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+template <>
+__device__ __forceinline__ void mma_16816<__nv_bfloat16>(float* d, const uint32_t* a, const uint32_t* b) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// XOR swizzle of 16-byte chunks inside a shared-memory row of `Chunks` chunks: the 8 rows one ldmatrix reads
+// at the same logical chunk land in 8 different bank groups.
+template <int Chunks>
+__device__ __forceinline__ int swizzle(int row, int chunk) {
+  static_assert(Chunks >= 4, "rows of at least 64 bytes");
+  if constexpr (Chunks >= 8) {
+    return chunk ^ (row & 7);
+  } else {
+    return chunk ^ ((row >> 1) & 3);
+  }
+}
+
+// Bias, TEW residual and activation for output (m, col); x is read through its strides.
+template <typename T>
+__device__ __forceinline__ float finish(float v, int col, int64_t m, const PackedTile& w, const T* x,
+                                        int64_t sxm, int64_t sxk, const T* bias, Activation act) {
+  if (bias != nullptr) v += to_float(bias[col]);
+  if (w.res_ptr != nullptr) {
+    const T* res_vals = static_cast<const T*>(w.res_vals);
+    for (int e = w.res_ptr[col]; e < w.res_ptr[col + 1]; ++e) {
+      v += to_float(x[m * sxm + static_cast<int64_t>(w.res_rows[e]) * sxk]) * to_float(res_vals[e]);
+    }
+  }
+  return activate(v, act);
+}
+
+template <int BM, int BN, int WarpsM, int WarpsN, int Stages>
+struct MmaConfig {
+  static constexpr int kBM = BM, kBN = BN, kBK = kKStep, kStages = Stages;
+  static constexpr int kThreads = WarpsM * WarpsN * 32;
+  static constexpr int kWM = BM / WarpsM, kWN = BN / WarpsN;
+  static constexpr int kMI = kWM / 16, kNI = kWN / 8;
+  static constexpr int kAChunks = BM / 8, kBChunks = BN / 8;
+  static constexpr int kAIters = kBK * kAChunks / kThreads;
+  static constexpr int kLdc = BN + 8;  // fp32 staging stride: conflict-free float2 stores
+  static constexpr int kPipeBytes = Stages * kBK * (BM + BN) * 2;
+  static constexpr int kEpiBytes = BM * kLdc * 4 + BN * 4;
+  static constexpr int kSmemBytes = kPipeBytes > kEpiBytes ? kPipeBytes : kEpiBytes;
+  static_assert(kNI % 2 == 0 && kWM % 16 == 0, "warp tile");
+  static_assert(kBK * kAChunks % kThreads == 0, "A loader split");
+};
+
+// One CTA = (tile, M block, K split) of the tensor-core path; x is feature-major: x[k*ldx + m].
+template <typename T, typename Cfg, bool FeatureMajorOut>
+__global__ void __launch_bounds__(Cfg::kThreads)
+    tw_mma_kernel(PackedTile w, Problem p, int m_blocks, int splits) {
+  constexpr int BM = Cfg::kBM, BN = Cfg::kBN, BK = Cfg::kBK, kStages = Cfg::kStages;
+  constexpr int kThreads = Cfg::kThreads, kWarpsN = BN / Cfg::kWN;
+  constexpr int MI = Cfg::kMI, NI = Cfg::kNI, ACH = Cfg::kAChunks, BCH = Cfg::kBChunks;
+  extern __shared__ __align__(128) unsigned char smem[];
+  T* s_a = reinterpret_cast<T*>(smem);
+  T* s_b = s_a + kStages * BK * BM;
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wm = warp / kWarpsN, wn = warp % kWarpsN;
+  const int mb = blockIdx.x % m_blocks;
+  const int rest = blockIdx.x / m_blocks;
+  const int split = rest % splits, tile = rest / splits;
+
+  const T* x = static_cast<const T*>(p.x);
+  const T* vals = static_cast<const T*>(w.values);
+  const int64_t ldx = p.sxk, M = p.M, m0 = static_cast<int64_t>(mb) * BM;
+  const int p0 = w.tile_ptr[tile];
+  const int ksteps = (w.tile_ptr[tile + 1] - p0) / BK;
+  const int per_split = (ksteps + splits - 1) / splits;
+  const int s0 = split * per_split, s1 = min(ksteps, s0 + per_split);
+  if (splits > 1 && s0 >= s1) return;  // the workspace already holds zeros for this slice
+
+  int row_idx[Cfg::kAIters];  // kept-row indices of the next stage to issue, fetched one step early
+  auto fetch_rows = [&](int ks) {
+#pragma unroll
+    for (int j = 0; j < Cfg::kAIters; ++j) {
+      const int r = (tid + j * kThreads) / ACH;
+      row_idx[j] = ks < s1 ? w.rows[p0 + ks * BK + r] : -1;
+    }
+  };
+  auto load_stage = [&](int stage, int ks) {
+    T* sa = s_a + stage * BK * BM;
+    T* sb = s_b + stage * BK * BN;
+#pragma unroll
+    for (int j = 0; j < Cfg::kAIters; ++j) {
+      const int i = tid + j * kThreads, r = i / ACH, c = i % ACH;
+      const int64_t m = m0 + c * 8;
+      const bool ok = row_idx[j] >= 0 && m < M;
+      const T* src = ok ? x + static_cast<int64_t>(row_idx[j]) * ldx + m : x;
+      cp_async16(sa + r * BM + swizzle<ACH>(r, c) * 8, src, ok ? 16 : 0);
+    }
+    const T* vsrc = vals + static_cast<int64_t>(p0 + ks * BK) * BN;
+#pragma unroll
+    for (int i = tid; i < BK * BCH; i += kThreads) {
+      const int r = i / BCH, c = i % BCH;
+      cp_async16(sb + r * BN + swizzle<BCH>(r, c) * 8, vsrc + r * BN + c * 8, 16);
+    }
+  };
+
+  float acc[MI][NI][4];
+#pragma unroll
+  for (int i = 0; i < MI; ++i)
+#pragma unroll
+    for (int j = 0; j < NI; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s0 + s < s1) {
+      fetch_rows(s0 + s);
+      load_stage(s, s0 + s);
+    }
+    cp_async_commit();
+  }
+  fetch_rows(s0 + kStages - 1);
+
+  const int li = lane & 7, q = lane >> 3;
+  for (int ks = s0; ks < s1; ++ks) {
+    cp_async_wait<kStages - 2>();
+    __syncthreads();
+    const int kn = ks + kStages - 1;
+    if (kn < s1) load_stage((kn - s0) % kStages, kn);
+    cp_async_commit();
+    fetch_rows(kn + 1);
+
+    const T* sa = s_a + ((ks - s0) % kStages) * BK * BM;
+    const T* sb = s_b + ((ks - s0) % kStages) * BK * BN;
+#pragma unroll
+    for (int kk = 0; kk < BK; kk += 16) {
+      uint32_t af[MI][4], bf[NI][2];
+#pragma unroll
+      for (int i = 0; i < MI; ++i) {
+        const int k = kk + li + (q >> 1) * 8;
+        const int mc = (wm * Cfg::kWM + i * 16 + (q & 1) * 8) / 8;
+        ldmatrix_x4_trans(af[i], sa + k * BM + swizzle<ACH>(k, mc) * 8);
+      }
+#pragma unroll
+      for (int j = 0; j < NI / 2; ++j) {
+        const int k = kk + li + (q & 1) * 8;
+        const int nc = (wn * Cfg::kWN + j * 16 + (q >> 1) * 8) / 8;
+        uint32_t r[4];
+        ldmatrix_x4_trans(r, sb + k * BN + swizzle<BCH>(k, nc) * 8);
+        bf[2 * j][0] = r[0];
+        bf[2 * j][1] = r[1];
+        bf[2 * j + 1][0] = r[2];
+        bf[2 * j + 1][1] = r[3];
+      }
+#pragma unroll
+      for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int j = 0; j < NI; ++j) mma_16816<T>(acc[i][j], af[i], bf[j]);
+    }
+  }
+  cp_async_wait<0>();
+
+  const int g = lane >> 2, t4 = lane & 3;
+  if (splits > 1) {  // partial sums into the workspace; the finalize kernel applies the epilogue
+    const int64_t tg = static_cast<int64_t>(w.num_tiles) * BN;
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+      for (int j = 0; j < NI; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int64_t m = m0 + wm * Cfg::kWM + i * 16 + g + (e >> 1) * 8;
+          const int n = wn * Cfg::kWN + j * 8 + 2 * t4 + (e & 1);
+          if (m < M) atomicAdd(p.workspace + m * tg + static_cast<int64_t>(tile) * BN + n, acc[i][j][e]);
+        }
+    return;
+  }
+
+  // Direct epilogue: stage fp32 results in shared memory, then write G columns through `cols`.
+  __syncthreads();
+  float* s_c = reinterpret_cast<float*>(smem);
+  int* s_cols = reinterpret_cast<int*>(s_c + BM * Cfg::kLdc);
+#pragma unroll
+  for (int i = 0; i < MI; ++i)
+#pragma unroll
+    for (int j = 0; j < NI; ++j) {
+      const int r = wm * Cfg::kWM + i * 16 + g, n = wn * Cfg::kWN + j * 8 + 2 * t4;
+      *reinterpret_cast<float2*>(s_c + r * Cfg::kLdc + n) = make_float2(acc[i][j][0], acc[i][j][1]);
+      *reinterpret_cast<float2*>(s_c + (r + 8) * Cfg::kLdc + n) = make_float2(acc[i][j][2], acc[i][j][3]);
+    }
+  for (int n = tid; n < BN; n += kThreads) s_cols[n] = w.cols[tile * BN + n];
+  __syncthreads();
+
+  T* y = static_cast<T*>(p.y);
+  const T* bias = static_cast<const T*>(p.bias);
+  if constexpr (FeatureMajorOut) {  // y[col*syn + m]: 8 consecutive m per thread, one 16-byte store
+    for (int it = tid; it < (BM / 8) * BN; it += kThreads) {
+      const int n = it % BN, c = it / BN;
+      const int col = s_cols[n];
+      const int64_t mbase = m0 + c * 8;
+      if (col < 0 || mbase >= M) continue;
+      alignas(16) T out[8];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        out[e] = from_float<T>(finish(s_c[(c * 8 + e) * Cfg::kLdc + n], col, mbase + e, w, x, 1, ldx, bias,
+                                      p.activation));
+      }
+      T* dst = y + static_cast<int64_t>(col) * p.syn + mbase;
+      if (p.y_vec16 && mbase + 8 <= M) {
+        *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(out);
+      } else {
+        for (int e = 0; e < 8 && mbase + e < M; ++e) dst[e] = out[e];
+      }
+    }
+  } else {  // y[m*sym + col]: a run of 8 contiguous, aligned columns goes out as one 16-byte store
+    for (int it = tid; it < BM * BCH; it += kThreads) {
+      const int r = it / BCH, n0 = (it % BCH) * 8;
+      const int64_t m = m0 + r;
+      const int col0 = s_cols[n0];
+      if (col0 < 0 || m >= M) continue;
+      alignas(16) T out[8];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const int col = s_cols[n0 + e];
+        out[e] = from_float<T>(col < 0 ? 0.0f
+                                       : finish(s_c[r * Cfg::kLdc + n0 + e], col, m, w, x, 1, ldx, bias,
+                                                p.activation));
+      }
+      T* row = y + m * p.sym;
+      if (p.y_vec16 && col0 % 8 == 0 && s_cols[n0 + 7] == col0 + 7) {
+        *reinterpret_cast<uint4*>(row + col0) = *reinterpret_cast<const uint4*>(out);
+      } else {
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          const int col = s_cols[n0 + e];
+          if (col >= 0) row[static_cast<int64_t>(col) * p.syn] = out[e];
+        }
+      }
+    }
+  }
+}
+
+// Small M: CTA = (tile, K chunk); each thread streams 16-byte value vectors of kept rows, the CTA reduces in
+// shared memory and adds its partial sums into the fp32 workspace. Bound by the weight bytes, as it should be.
+template <typename T, int MaxM>
+__global__ void __launch_bounds__(256) tw_gemv_kernel(PackedTile w, Problem p, int k_chunk) {
+  __shared__ float s_red[MaxM][128];
+  const int G = w.granularity, lanes_per_row = G / 8, rows_par = 256 / lanes_per_row;
+  const int tile = blockIdx.x;
+  const int p0 = w.tile_ptr[tile], kt = w.tile_ptr[tile + 1] - p0;
+  const int kb = blockIdx.y * k_chunk;
+  if (kb >= kt) return;
+  const int ke = min(kt, kb + k_chunk);
+  const int tid = threadIdx.x, c = tid % lanes_per_row;
+  for (int i = tid; i < MaxM * 128; i += 256) (&s_red[0][0])[i] = 0.0f;
+  __syncthreads();
+
+  const T* x = static_cast<const T*>(p.x);
+  const T* vals = static_cast<const T*>(w.values);
+  const int M = static_cast<int>(p.M);
+  float acc[MaxM][8];
+#pragma unroll
+  for (int m = 0; m < MaxM; ++m)
+#pragma unroll
+    for (int e = 0; e < 8; ++e) acc[m][e] = 0.0f;
+
+  constexpr int kUnroll = 4;
+  for (int k0 = kb + tid / lanes_per_row; k0 < ke; k0 += rows_par * kUnroll) {
+    int row[kUnroll];
+    uint4 v[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int k = k0 + u * rows_par;
+      row[u] = k < ke ? w.rows[p0 + k] : -1;
+      if (row[u] >= 0) v[u] = __ldg(reinterpret_cast<const uint4*>(vals + static_cast<int64_t>(p0 + k) * G) + c);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      if (row[u] < 0) continue;
+      const T* wv = reinterpret_cast<const T*>(&v[u]);
+#pragma unroll
+      for (int m = 0; m < MaxM; ++m) {
+        if (m >= M) break;
+        const float xv = to_float(x[m * p.sxm + static_cast<int64_t>(row[u]) * p.sxk]);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) acc[m][e] += xv * to_float(wv[e]);
+      }
+    }
+  }
+  // Lanes that share a column group first reduce with shuffles, then once per warp in shared memory.
+#pragma unroll
+  for (int m = 0; m < MaxM; ++m)
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      float s = acc[m][e];
+      for (int off = lanes_per_row; off < 32; off <<= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+      acc[m][e] = s;
+    }
+  if ((tid & 31) < lanes_per_row) {
+    for (int m = 0; m < MaxM && m < M; ++m)
+#pragma unroll
+      for (int e = 0; e < 8; ++e) atomicAdd(&s_red[m][c * 8 + e], acc[m][e]);
+  }
+  __syncthreads();
+  const int64_t tg = static_cast<int64_t>(w.num_tiles) * G;
+  for (int i = tid; i < M * G; i += 256) {
+    const int m = i / G, n = i % G;
+    atomicAdd(p.workspace + m * tg + static_cast<int64_t>(tile) * G + n, s_red[m][n]);
+  }
+}
+
+// Epilogue for columns not written by the tensor-core CTAs: every column after a split-K/GEMV pass
+// (all_columns), else only the pruned columns (bias and TEW residual, then activation).
+template <typename T>
+__global__ void tw_finalize_kernel(PackedTile w, Problem p, bool all_columns) {
+  const int64_t ncols = all_columns ? w.N : w.num_pruned;
+  const int64_t total = p.M * ncols;
+  const int64_t tg = static_cast<int64_t>(w.num_tiles) * w.granularity;
+  const T* x = static_cast<const T*>(p.x);
+  T* y = static_cast<T*>(p.y);
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t m = i / ncols;
+    const int col = all_columns ? static_cast<int>(i % ncols) : w.pruned_cols[i % ncols];
+    float v = 0.0f;
+    if (all_columns) {
+      const int pos = w.col_pos[col];
+      if (pos >= 0) v = p.workspace[m * tg + pos];
+    }
+    v = finish(v, col, m, w, x, p.sxm, p.sxk, static_cast<const T*>(p.bias), p.activation);
+    y[m * p.sym + static_cast<int64_t>(col) * p.syn] = from_float<T>(v);
+  }
+}
+
+template <typename T>
+__global__ void transpose_kernel(const T* __restrict__ x, T* __restrict__ xt, int64_t M, int64_t K, int64_t ldt) {
+  __shared__ T tile[32][33];
+  const int64_t m0 = static_cast<int64_t>(blockIdx.y) * 32, k0 = static_cast<int64_t>(blockIdx.x) * 32;
+  for (int r = threadIdx.y; r < 32; r += 8) {
+    const int64_t m = m0 + r, k = k0 + threadIdx.x;
+    if (m < M && k < K) tile[r][threadIdx.x] = x[m * K + k];
+  }
+  __syncthreads();
+  for (int r = threadIdx.y; r < 32; r += 8) {
+    const int64_t k = k0 + r, m = m0 + threadIdx.x;
+    if (m < M && k < K) xt[k * ldt + m] = tile[threadIdx.x][r];
+  }
+}
+
+const char* check_launch() {
+  const cudaError_t err = cudaGetLastError();
+  return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
+}
+
+int cdiv(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }
+
+template <typename T, typename Cfg, bool FeatureMajorOut>
+const char* run_mma(const PackedTile& w, const Problem& p, int splits) {
+  auto kernel = tw_mma_kernel<T, Cfg, FeatureMajorOut>;
+  // Raising the shared-memory limit once per process keeps the per-call host cost down.
+  static const cudaError_t attr_err =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
+  if (attr_err != cudaSuccess) return cudaGetErrorString(attr_err);
+  const int m_blocks = cdiv(p.M, Cfg::kBM);
+  const int64_t ctas = static_cast<int64_t>(w.num_tiles) * m_blocks * splits;
+  kernel<<<static_cast<unsigned>(ctas), Cfg::kThreads, Cfg::kSmemBytes, p.stream>>>(w, p, m_blocks, splits);
+  return check_launch();
+}
+
+// CTA tiles per G: 128x128 (warp 64x32) for G=128; 256xG for the narrower tiles so a CTA still does enough work.
+using Cfg128 = MmaConfig<128, 128, 2, 4, 4>;
+using Cfg64 = MmaConfig<256, 64, 4, 2, 4>;
+using Cfg32 = MmaConfig<256, 32, 8, 1, 4>;
+
+int block_m(int G) { return G == 128 ? Cfg128::kBM : (G == 64 ? Cfg64::kBM : Cfg32::kBM); }
+
+template <typename T, bool FeatureMajorOut>
+const char* dispatch_mma(const PackedTile& w, const Problem& p, int splits) {
+  switch (w.granularity) {
+    case 128: return run_mma<T, Cfg128, FeatureMajorOut>(w, p, splits);
+    case 64: return run_mma<T, Cfg64, FeatureMajorOut>(w, p, splits);
+    case 32: return run_mma<T, Cfg32, FeatureMajorOut>(w, p, splits);
+    default: return "granularity must be 32, 64 or 128";
+  }
+}
+
+template <typename T>
+const char* dispatch_gemv(const PackedTile& w, const Problem& p) {
+  // Chunks of K small enough to give every SM a few CTAs, large enough to amortise the reduction.
+  const int64_t total_rows = std::max<int64_t>(1, static_cast<int64_t>(w.max_tile_k) * w.num_tiles);
+  int k_chunk = cdiv(total_rows, 4LL * p.num_sms);
+  k_chunk = std::max(64, cdiv(k_chunk, kKStep) * kKStep);
+  const dim3 grid(w.num_tiles, cdiv(w.max_tile_k, k_chunk));
+  if (p.M <= 1) tw_gemv_kernel<T, 1><<<grid, 256, 0, p.stream>>>(w, p, k_chunk);
+  else if (p.M <= 2) tw_gemv_kernel<T, 2><<<grid, 256, 0, p.stream>>>(w, p, k_chunk);
+  else if (p.M <= 4) tw_gemv_kernel<T, 4><<<grid, 256, 0, p.stream>>>(w, p, k_chunk);
+  else if (p.M <= 8) tw_gemv_kernel<T, 8><<<grid, 256, 0, p.stream>>>(w, p, k_chunk);
+  else tw_gemv_kernel<T, 16><<<grid, 256, 0, p.stream>>>(w, p, k_chunk);
+  return check_launch();
+}
+
+template <typename T>
+const char* run_finalize(const PackedTile& w, const Problem& p, bool all_columns) {
+  const int64_t total = p.M * (all_columns ? w.N : w.num_pruned);
+  if (total == 0) return nullptr;
+  const int blocks = static_cast<int>(std::min<int64_t>(cdiv(total, 256), 16LL * p.num_sms));
+  tw_finalize_kernel<T><<<blocks, 256, 0, p.stream>>>(w, p, all_columns);
+  return check_launch();
+}
+
+template <typename T>
+const char* run(const PackedTile& w, const Problem& p) {
+  if (p.M == 0) return nullptr;
+  if (w.num_tiles == 0) return run_finalize<T>(w, p, false);  // every column pruned: bias (+ residual) only
+  if (p.M <= kSmallM) {
+    if (const char* e = dispatch_gemv<T>(w, p)) return e;
+    return run_finalize<T>(w, p, true);
+  }
+  const int splits = choose_splits(w, p);
+  const char* e = p.sym == 1 ? dispatch_mma<T, true>(w, p, splits) : dispatch_mma<T, false>(w, p, splits);
+  if (e != nullptr) return e;
+  return run_finalize<T>(w, p, splits > 1);
+}
+
+}  // namespace
+
+int choose_splits(const PackedTile& w, const Problem& p) {
+  if (p.M <= kSmallM || w.num_tiles == 0) return 1;
+  const int64_t ctas = static_cast<int64_t>(w.num_tiles) * cdiv(p.M, block_m(w.granularity));
+  if (ctas >= p.num_sms) return 1;
+  const int max_splits = std::max(1, w.max_tile_k / (2 * kKStep));  // at least 2 K steps per split
+  return static_cast<int>(std::min<int64_t>(max_splits, cdiv(2LL * p.num_sms, ctas)));
+}
+
+bool needs_workspace(const PackedTile& w, const Problem& p) {
+  return w.num_tiles > 0 && (p.M <= kSmallM || choose_splits(w, p) > 1);
+}
+
+const char* launch_tw_matmul(const PackedTile& w, const Problem& p) {
+  return p.dtype == DType::kHalf ? run<__half>(w, p) : run<__nv_bfloat16>(w, p);
+}
+
+const char* launch_transpose(const void* x, void* xt, int64_t M, int64_t K, int64_t ldt, DType dtype,
+                             cudaStream_t stream) {
+  if (M == 0 || K == 0) return nullptr;
+  const dim3 grid(cdiv(K, 32), cdiv(M, 32)), block(32, 8);
+  if (dtype == DType::kHalf) {
+    transpose_kernel<__half><<<grid, block, 0, stream>>>(static_cast<const __half*>(x), static_cast<__half*>(xt),
+                                                         M, K, ldt);
+  } else {
+    transpose_kernel<__nv_bfloat16><<<grid, block, 0, stream>>>(static_cast<const __nv_bfloat16*>(x),
+                                                                static_cast<__nv_bfloat16*>(xt), M, K, ldt);
+  }
+  return check_launch();
+}
+
+}  // namespace tw
+}  // namespace sparseprune

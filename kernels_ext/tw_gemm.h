@@ -1,0 +1,69 @@
+// Tile-wise (TW/TEW) sparse GEMM: host-side launch interface shared by the torch binding and the CUDA file.
+// Kept free of torch headers so the .cu compiles fast; the binding validates everything before calling here.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+namespace sparseprune {
+namespace tw {
+
+enum class DType : int { kHalf = 0, kBFloat16 = 1 };
+enum class Activation : int { kNone = 0, kRelu = 1, kGelu = 2 };
+
+// Packed TW weight (see sparseprune/export/formats/tw.py). Tile t owns columns cols[t*G .. t*G+G) (-1 pads) and
+// kept K rows rows[tile_ptr[t] .. tile_ptr[t+1]) (-1 pads, a multiple of kKStep); its values are a dense
+// (tile_ptr[t+1]-tile_ptr[t]) x G block, row-major, starting at values + tile_ptr[t]*G.
+struct PackedTile {
+  const void* values;
+  const int32_t* rows;
+  const int32_t* tile_ptr;
+  const int32_t* cols;
+  const int32_t* col_pos;      // [N]: position of column n in cols, or -1 when pruned
+  const int32_t* pruned_cols;  // [num_pruned]
+  const int32_t* res_ptr;      // [N+1] CSC residual (TEW) or nullptr
+  const int32_t* res_rows;
+  const void* res_vals;
+  int32_t num_tiles;
+  int32_t granularity;  // G
+  int32_t num_pruned;
+  int32_t max_tile_k;   // largest padded kept K of any tile
+  int64_t K;
+  int64_t N;
+};
+
+// One call: y = act(x @ B + bias). x(m, k) = x[m*sxm + k*sxk], y(m, n) = y[m*sym + n*syn].
+struct Problem {
+  const void* x;
+  int64_t M;
+  int64_t sxm, sxk;
+  const void* bias;  // [N] or nullptr
+  void* y;
+  int64_t sym, syn;
+  Activation activation;
+  DType dtype;
+  bool y_vec16;     // y base is 16-byte aligned and the contiguous stride is a multiple of 8 elements
+  float* workspace; // zeroed fp32 [M x num_tiles*G] when needs_workspace() says so, else unused
+  int num_sms;
+  cudaStream_t stream;
+};
+
+constexpr int kKStep = 32;  // kept K of every tile is padded to a multiple of this
+constexpr int kSmallM = 16; // M up to this runs the split-K GEMV path (memory bound)
+
+// Split count of the tensor-core path for this problem (1 = direct epilogue, no workspace).
+int choose_splits(const PackedTile& w, const Problem& p);
+// True when the launch needs the zeroed fp32 workspace.
+bool needs_workspace(const PackedTile& w, const Problem& p);
+
+// Launches the TW GEMM. Large M needs x feature-major (sxm == 1, sxk % 8 == 0, 16-byte aligned).
+// Returns nullptr on success, else a static error message (the launch error is checked after every kernel).
+const char* launch_tw_matmul(const PackedTile& w, const Problem& p);
+
+// xt[k*ldt + m] = x[m*K + k]: row-major (M x K) activations to feature-major (K x ldt).
+const char* launch_transpose(const void* x, void* xt, int64_t M, int64_t K, int64_t ldt, DType dtype,
+                             cudaStream_t stream);
+
+}  // namespace tw
+}  // namespace sparseprune

@@ -1,0 +1,59 @@
+"""Build hook: compiles `kernels_ext/` into the `sparseprune._kernels` CUDA extension when a CUDA toolkit is found.
+
+Without a toolkit (or without torch at build time) only the pure-Python package is installed and every packed
+format falls back to its torch reference op. Metadata lives in pyproject.toml; this file only adds the extension.
+
+Environment: CUDA_HOME selects the toolkit (default /usr/local/cuda-13.0 when it holds nvcc);
+TORCH_CUDA_ARCH_LIST overrides the targets (default "8.0;9.0a": mma.sync runs on both, sm_90a is the H100 build);
+SPARSEPRUNE_NO_CUDA=1 skips the extension.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from setuptools import setup
+
+log = logging.getLogger("sparseprune.setup")
+ROOT = Path(__file__).resolve().parent
+DEFAULT_CUDA_HOME = Path("/usr/local/cuda-13.0")
+
+
+def _find_cuda_home() -> Path | None:
+    """The toolkit to build with, or None: CUDA_HOME when set, else the default install if it has nvcc."""
+    env = os.environ.get("CUDA_HOME")
+    if env:
+        return Path(env) if (Path(env) / "bin" / "nvcc").exists() else None
+    return DEFAULT_CUDA_HOME if (DEFAULT_CUDA_HOME / "bin" / "nvcc").exists() else None
+
+
+def _extensions() -> tuple[list, dict]:
+    """(ext_modules, cmdclass) for setup(): empty when the CUDA build is off or impossible."""
+    if os.environ.get("SPARSEPRUNE_NO_CUDA") == "1":
+        return [], {}
+    cuda_home = _find_cuda_home()
+    if cuda_home is None:
+        log.warning("no CUDA toolkit found: installing sparseprune without its CUDA kernels")
+        return [], {}
+    # torch reads these when cpp_extension is imported, so set them first.
+    os.environ["CUDA_HOME"] = str(cuda_home)
+    os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "8.0;9.0a")
+    try:
+        from torch.utils.cpp_extension import BuildExtension, CUDAExtension
+    except ImportError:
+        log.warning("torch is not importable at build time: installing sparseprune without its CUDA kernels")
+        return [], {}
+    sources = ["kernels_ext/bindings.cpp", "kernels_ext/tw_gemm.cu"]
+    ext = CUDAExtension(
+        name="sparseprune._kernels",
+        sources=sources,
+        include_dirs=[str(ROOT / "kernels_ext")],
+        extra_compile_args={"cxx": ["-O3"], "nvcc": ["-O3"]},  # torch picks the C++ standard it needs
+    )
+    return [ext], {"build_ext": BuildExtension.with_options(use_ninja=True)}
+
+
+ext_modules, cmdclass = _extensions()
+setup(ext_modules=ext_modules, cmdclass=cmdclass)

@@ -1,0 +1,279 @@
+"""Packed tile-wise (TW) weights, optionally with the element-wise TEW residual, and their matmul.
+
+Layout (B is K x N, y = x @ B): kept columns that share one kept-row set form a group; each group is cut into
+tiles of up to G columns (`cols`, -1 pads a tile). Tile t keeps rows `rows[tile_ptr[t]:tile_ptr[t+1]]`,
+ascending, padded with -1 to a multiple of `K_STEP`, and its values are the dense block
+`values[tile_ptr[t]:tile_ptr[t+1]]` (kept K x G, zeros in the padding). Tiles are stored heaviest first so the
+kernel's block scheduler balances them over the SMs. Columns in no tile (pruned, or every row pruned) output
+the bias only. TEW adds a CSC residual (`res_ptr`, `res_rows`, `res_vals`) into the same output.
+Grouping by identical row sets instead of re-deriving the pruner's chunking keeps packing exact for any mask,
+including tiles that lost all their rows.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar
+
+import torch
+import torch.nn.functional as F
+
+from sparseprune.errors import UserError
+from sparseprune.export.formats.extension import load_kernels
+
+log = logging.getLogger(__name__)
+
+K_STEP = 32  # kernel K step; must match kKStep in kernels_ext/tw_gemm.h
+GRANULARITIES = (32, 64, 128)
+ACTIVATIONS = {None: 0, "relu": 1, "gelu": 2}
+KERNEL_DTYPES = (torch.float16, torch.bfloat16)
+
+
+@dataclass(frozen=True)
+class PackedTW:
+    """A TW (or TEW, when the residual is present) weight in the layout the CUDA kernel reads."""
+
+    format_name: ClassVar[str] = "tw"
+    shape: tuple[int, int]
+    granularity: int
+    max_tile_k: int
+    values: torch.Tensor
+    rows: torch.Tensor
+    tile_ptr: torch.Tensor
+    cols: torch.Tensor
+    col_pos: torch.Tensor
+    pruned_cols: torch.Tensor
+    res_ptr: torch.Tensor | None = None
+    res_rows: torch.Tensor | None = None
+    res_vals: torch.Tensor | None = None
+
+    @property
+    def num_tiles(self) -> int:
+        return self.tile_ptr.numel() - 1
+
+    @property
+    def has_residual(self) -> bool:
+        return self.res_ptr is not None
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        names = ["values", "rows", "tile_ptr", "cols", "col_pos", "pruned_cols"]
+        if self.has_residual:
+            names += ["res_ptr", "res_rows", "res_vals"]
+        return {name: getattr(self, name) for name in names}
+
+    def metadata(self) -> dict[str, Any]:
+        return {
+            "format": self.format_name,
+            "shape": list(self.shape),
+            "granularity": self.granularity,
+            "max_tile_k": self.max_tile_k,
+        }
+
+    @classmethod
+    def from_tensors(cls, tensors: dict[str, torch.Tensor], metadata: dict[str, Any]) -> PackedTW:
+        k, n = metadata["shape"]
+        return cls(
+            shape=(int(k), int(n)),
+            granularity=int(metadata["granularity"]),
+            max_tile_k=int(metadata["max_tile_k"]),
+            **{name: tensors.get(name) for name in cls._tensor_names()},
+        )
+
+    @staticmethod
+    def _tensor_names() -> tuple[str, ...]:
+        return ("values", "rows", "tile_ptr", "cols", "col_pos", "pruned_cols", "res_ptr", "res_rows", "res_vals")
+
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.tensors().values())
+
+    def to(self, device: torch.device | str, dtype: torch.dtype | None = None) -> PackedTW:
+        moved = {}
+        for name in self._tensor_names():
+            tensor = getattr(self, name)
+            if tensor is None:
+                continue
+            is_value = name in ("values", "res_vals")
+            moved[name] = tensor.to(device=device, dtype=dtype if is_value and dtype is not None else None)
+        return replace(self, **moved)
+
+    def matmul(self, x: torch.Tensor, bias: torch.Tensor | None = None, activation: str | None = None) -> torch.Tensor:
+        """y = act(x @ B + bias) for x (..., K) row-major; the CUDA kernel for fp16/bf16 CUDA inputs."""
+        k, n = self.shape
+        if x.shape[-1] != k:
+            raise UserError(f"x has {x.shape[-1]} features but the packed TW weight expects K = {k}")
+        lead = x.shape[:-1]
+        y = self._run(x.reshape(-1, k), bias, activation, feature_major=False)
+        return y.reshape(*lead, n)
+
+    def matmul_feature_major(
+        self, xt: torch.Tensor, bias: torch.Tensor | None = None, activation: str | None = None
+    ) -> torch.Tensor:
+        """yT = act(x @ B + bias)^T from xT (K, M): chained sparse layers stay feature-major, skipping transposes."""
+        if xt.dim() != 2 or xt.shape[0] != self.shape[0]:
+            raise UserError(f"feature-major x must be (K={self.shape[0]}, M), got {tuple(xt.shape)}")
+        return self._run(xt, bias, activation, feature_major=True)
+
+    def _run(
+        self, x: torch.Tensor, bias: torch.Tensor | None, activation: str | None, feature_major: bool
+    ) -> torch.Tensor:
+        if activation not in ACTIVATIONS:
+            raise UserError(f"activation must be one of None, 'relu', 'gelu', got {activation!r}")
+        if bias is not None and bias.numel() != self.shape[1]:
+            raise UserError(f"bias has {bias.numel()} entries, expected N = {self.shape[1]}")
+        kernels = load_kernels()
+        if kernels is None or not x.is_cuda or x.dtype not in KERNEL_DTYPES:
+            if feature_major:
+                return tw_matmul_reference(x.t(), self, bias, activation).t().contiguous()
+            return tw_matmul_reference(x, self, bias, activation)
+        k, n = self.shape
+        return kernels.tw_matmul(
+            x.contiguous(),
+            self.values,
+            self.rows,
+            self.tile_ptr,
+            self.cols,
+            self.col_pos,
+            self.pruned_cols,
+            None if bias is None else bias.to(x.dtype).contiguous(),
+            self.res_ptr,
+            self.res_rows,
+            self.res_vals,
+            k,
+            n,
+            self.granularity,
+            self.max_tile_k,
+            ACTIVATIONS[activation],
+            feature_major,
+        )
+
+
+def tw_matmul(
+    x: torch.Tensor, packed: PackedTW, bias: torch.Tensor | None = None, activation: str | None = None
+) -> torch.Tensor:
+    """y = act(x @ B + bias) for the packed TW weight B; x is (..., K) row-major."""
+    return packed.matmul(x, bias, activation)
+
+
+def tw_matmul_reference(
+    x: torch.Tensor, packed: PackedTW, bias: torch.Tensor | None = None, activation: str | None = None
+) -> torch.Tensor:
+    """Pure-torch twin of the kernel: same layout walk, fp32 (fp64 for fp64 x) accumulation, same epilogue."""
+    acc_dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
+    xf = x.to(acc_dtype)
+    m, n = x.shape[0], packed.shape[1]
+    y = torch.zeros(m, n, dtype=acc_dtype, device=x.device)
+    g = packed.granularity
+    tile_ptr = packed.tile_ptr.tolist()
+    for t in range(packed.num_tiles):
+        rows = packed.rows[tile_ptr[t] : tile_ptr[t + 1]].long()
+        kept = rows >= 0
+        block = packed.values[tile_ptr[t] : tile_ptr[t + 1]][kept].to(acc_dtype)
+        out = xf[:, rows[kept]] @ block
+        cols = packed.cols[t * g : (t + 1) * g].long()
+        used = cols >= 0
+        y[:, cols[used]] = out[:, used]
+    if packed.has_residual:
+        counts = packed.res_ptr[1:] - packed.res_ptr[:-1]
+        res_cols = torch.repeat_interleave(torch.arange(n, device=x.device), counts.long())
+        contrib = xf[:, packed.res_rows.long()] * packed.res_vals.to(acc_dtype)
+        y.index_add_(1, res_cols, contrib)
+    if bias is not None:
+        y = y + bias.to(acc_dtype)
+    if activation == "relu":
+        y = torch.relu(y)
+    elif activation == "gelu":
+        y = F.gelu(y)
+    return y.to(x.dtype)
+
+
+def _validate(
+    weight_kn: torch.Tensor, keep_mask: torch.Tensor, granularity: int, residual_mask: torch.Tensor | None
+) -> None:
+    if weight_kn.dim() != 2:
+        raise UserError(f"weight_kn must be the 2-D GEMM matrix B (K x N), got shape {tuple(weight_kn.shape)}")
+    if keep_mask.shape != weight_kn.shape:
+        raise UserError(f"keep_mask shape {tuple(keep_mask.shape)} differs from weight {tuple(weight_kn.shape)}")
+    if keep_mask.dtype != torch.bool:
+        raise UserError(f"keep_mask must be boolean, got {keep_mask.dtype}")
+    if granularity not in GRANULARITIES:
+        raise UserError(f"TW granularity G must be one of {GRANULARITIES}, got {granularity}")
+    k, n = weight_kn.shape
+    if k % 8 or n % 8:
+        raise UserError(f"TW packing needs K and N multiples of 8 (16-byte rows), got K = {k}, N = {n}")
+    if not weight_kn.is_floating_point():
+        raise UserError(f"weight_kn must be floating point, got {weight_kn.dtype}")
+    if residual_mask is not None:
+        if residual_mask.shape != weight_kn.shape or residual_mask.dtype != torch.bool:
+            raise UserError("residual_mask must be a boolean tensor of the weight's shape")
+        if bool((residual_mask & keep_mask).any()):
+            raise UserError("residual_mask must be disjoint from keep_mask (TEW restores pruned elements only)")
+
+
+def _tiles(keep_mask: torch.Tensor, granularity: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(kept rows, columns) per tile: columns with identical kept-row sets, chunked by G, heaviest first."""
+    kept_cols = torch.nonzero(keep_mask.any(dim=0)).flatten()
+    if kept_cols.numel() == 0:
+        return []
+    patterns, group_of = torch.unique(keep_mask[:, kept_cols].t(), dim=0, return_inverse=True)
+    groups = [kept_cols[group_of == i] for i in range(patterns.shape[0])]
+    order = sorted(range(len(groups)), key=lambda i: int(groups[i][0]))
+    tiles = []
+    for i in order:
+        rows = torch.nonzero(patterns[i]).flatten()
+        tiles += [(rows, cols) for cols in groups[i].split(granularity)]
+    tiles.sort(key=lambda tile: -tile[0].numel())  # stable: equal K keeps column order
+    return tiles
+
+
+def pack_tw(
+    weight_kn: torch.Tensor,
+    keep_mask: torch.Tensor,
+    granularity: int,
+    residual_mask: torch.Tensor | None = None,
+) -> PackedTW:
+    """Pack B (K x N) under its TW `keep_mask` (and TEW `residual_mask`) into the kernel layout on B's device."""
+    _validate(weight_kn, keep_mask, granularity, residual_mask)
+    k, n = weight_kn.shape
+    device, g = weight_kn.device, granularity
+    keep_mask = keep_mask.to(device)
+    tiles = _tiles(keep_mask, g)
+    padded = [-(-rows.numel() // K_STEP) * K_STEP for rows, _ in tiles]
+    tile_ptr = torch.tensor([0, *padded], dtype=torch.int64).cumsum(0)
+    total = int(tile_ptr[-1])
+    rows_all = torch.full((total,), -1, dtype=torch.int32, device=device)
+    values = torch.zeros(total, g, dtype=weight_kn.dtype, device=device)
+    cols_all = torch.full((len(tiles) * g,), -1, dtype=torch.int32, device=device)
+    for t, (rows, cols) in enumerate(tiles):
+        start = int(tile_ptr[t])
+        rows_all[start : start + rows.numel()] = rows.to(torch.int32)
+        values[start : start + rows.numel(), : cols.numel()] = weight_kn[rows][:, cols]
+        cols_all[t * g : t * g + cols.numel()] = cols.to(torch.int32)
+    col_pos = torch.full((n,), -1, dtype=torch.int32, device=device)
+    placed = torch.nonzero(cols_all >= 0).flatten()
+    col_pos[cols_all[placed].long()] = placed.to(torch.int32)
+    pruned_cols = torch.nonzero(col_pos < 0).flatten().to(torch.int32)
+    residual = {}
+    if residual_mask is not None:
+        res_n, res_k = torch.nonzero(residual_mask.to(device).t(), as_tuple=True)  # by column, then row
+        counts = torch.bincount(res_n, minlength=n)
+        residual = {
+            "res_ptr": torch.cat([counts.new_zeros(1), counts.cumsum(0)]).to(torch.int32),
+            "res_rows": res_k.to(torch.int32),
+            "res_vals": weight_kn[res_k, res_n].contiguous(),
+        }
+    if tiles:
+        fill = sum(cols.numel() for _, cols in tiles) / (len(tiles) * g)
+        log.debug("packed TW %dx%d: %d tiles, %.0f%% column fill", k, n, len(tiles), 100 * fill)
+    return PackedTW(
+        shape=(k, n),
+        granularity=g,
+        max_tile_k=max(padded, default=0),
+        values=values,
+        rows=rows_all,
+        tile_ptr=tile_ptr.to(device=device, dtype=torch.int32),
+        cols=cols_all,
+        col_pos=col_pos,
+        pruned_cols=pruned_cols,
+        **residual,
+    )

@@ -1,0 +1,115 @@
+"""The CUDA TW kernel against the fp32 reference on a randomized sweep (skipped without CUDA or the extension)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+import torch
+from tw_masks import random_tw_mask
+
+from sparseprune.export.formats.extension import load_kernels
+from sparseprune.export.formats.tw import pack_tw, tw_matmul_reference
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+    pytest.mark.skipif(load_kernels() is None, reason="sparseprune._kernels extension not built"),
+]
+
+TOLERANCE = {torch.float16: 2e-3, torch.bfloat16: 1e-2}
+# M covers the GEMV path (<= 16), split-K (few CTAs), ragged M blocks and the direct path; K, N odd multiples of 8.
+SHAPES = [
+    (1, 64, 64),
+    (3, 136, 200),
+    (16, 512, 264),
+    (17, 256, 128),
+    (100, 392, 520),
+    (129, 1024, 328),
+    (640, 264, 1032),
+    (2056, 520, 776),
+]
+
+
+def _rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    assert bool(torch.isfinite(out).all()), "non-finite output (unwritten or corrupted)"
+    return float(torch.linalg.norm(out.double() - ref.double()) / torch.linalg.norm(ref.double()))
+
+
+def _case(m: int, k: int, n: int, g: int, dtype: torch.dtype, seed: int, residual: bool, activation: str | None):
+    gen = torch.Generator().manual_seed(seed)
+    mask = random_tw_mask(k, n, g, 0.75, (0.05, 0.8), gen, empty_tiles=seed % 2)
+    b = torch.randn(k, n, generator=gen) / math.sqrt(k)
+    res_mask = ((torch.rand(k, n, generator=gen) < 0.01) & ~mask) if residual else None
+    packed32 = pack_tw(b, mask, g, residual_mask=res_mask).to("cuda")
+    packed = packed32.to("cuda", dtype)
+    x = torch.randn(m, k, generator=gen).to("cuda", dtype)
+    bias = torch.randn(n, generator=gen).to("cuda", dtype)
+    ref = tw_matmul_reference(x.float(), packed.to("cuda", torch.float32), bias.float(), activation)
+    return packed, x, bias, ref
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("granularity", [32, 64, 128])
+def test_sweep_matches_fp32_reference(dtype: torch.dtype, granularity: int) -> None:
+    activations = itertools.cycle([None, "relu", "gelu"])
+    for i, (m, k, n) in enumerate(SHAPES):
+        act = next(activations)
+        packed, x, bias, ref = _case(m, k, n, granularity, dtype, seed=i, residual=i % 3 == 0, activation=act)
+        y = packed.matmul(x, bias, act)
+        assert y.dtype == dtype and y.shape == (m, n)
+        err = _rel_err(y, ref)
+        assert err <= TOLERANCE[dtype], f"M={m} K={k} N={n} G={granularity} act={act}: rel err {err:.2e}"
+        if m % 8 == 0 or m <= 16:
+            yt = packed.matmul_feature_major(x.t().contiguous(), bias, act)
+            err_fm = _rel_err(yt.t(), ref)
+            assert err_fm <= TOLERANCE[dtype], f"feature-major M={m} K={k} N={n}: rel err {err_fm:.2e}"
+
+
+def test_repeated_calls_are_deterministic_without_split() -> None:
+    packed, x, bias, _ = _case(512, 256, 512, 128, torch.float16, seed=7, residual=True, activation="gelu")
+    first = packed.matmul(x, bias, "gelu")
+    for _ in range(3):
+        torch.testing.assert_close(packed.matmul(x, bias, "gelu"), first, rtol=0, atol=0)
+
+
+def test_every_output_written() -> None:
+    """The output block is first filled with NaN (the caching allocator hands the same block back), so any
+    element the kernels skip shows up as non-finite."""
+    for m, g in [(4096, 64), (8, 128), (160, 32)]:
+        packed, x, bias, ref = _case(m, 768, 1024, g, torch.float16, seed=3, residual=True, activation=None)
+        poison = torch.full((m, 1024), float("nan"), device="cuda", dtype=torch.float16)
+        del poison
+        assert _rel_err(packed.matmul(x, bias), ref) <= TOLERANCE[torch.float16]
+
+
+def test_binding_rejects_bad_input() -> None:
+    packed, x, _, _ = _case(64, 128, 128, 32, torch.float16, seed=1, residual=False, activation=None)
+    kernels = load_kernels()
+    args = [
+        packed.values,
+        packed.rows,
+        packed.tile_ptr,
+        packed.cols,
+        packed.col_pos,
+        packed.pruned_cols,
+        None,
+        None,
+        None,
+        None,
+        128,
+        128,
+        32,
+        packed.max_tile_k,
+        0,
+        False,
+    ]
+    with pytest.raises(RuntimeError, match="values are"):
+        kernels.tw_matmul(x.to(torch.bfloat16), *args)
+    with pytest.raises(RuntimeError, match="K ="):
+        kernels.tw_matmul(x[:, :64].contiguous(), *args)
+    with pytest.raises(RuntimeError, match="contiguous"):
+        kernels.tw_matmul(torch.empty(128, 64, device="cuda", dtype=torch.float16).t(), *args)
+    with pytest.raises(RuntimeError, match="CUDA"):
+        kernels.tw_matmul(x.cpu(), *args)
