@@ -44,3 +44,13 @@ def run_config(checkpoint: dict[str, Any], path: Path) -> dict[str, Any]:
     if not config:
         raise UserError(f"checkpoint {path} carries no run config; it was not written by train.py")
     return config
+
+
+def load_initial_weights(model: torch.nn.Module, path: Path) -> None:
+    """Start from a (dense, pre-trained) checkpoint's weights: the usual way to prune a trained model."""
+    state = load_checkpoint(path)["state_dict"]
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as error:
+        first = str(error).strip().splitlines()
+        raise UserError(f"init_ckpt {path} does not match the model: {' '.join(first[:2])[:300]}") from None

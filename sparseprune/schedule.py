@@ -28,8 +28,8 @@ class Schedule:
         check_sparsity(self.target)
         if self.kind not in ("linear", "cubic", "list"):
             raise UserError(f"schedule kind must be 'linear', 'cubic' or 'list', got {self.kind!r}")
-        if self.kind != "list" and self.stages < 1:
-            raise UserError(f"schedule needs at least one stage, got stages={self.stages}")
+        if self.kind != "list" and self.stages < 0:
+            raise UserError(f"schedule.stages must be >= 0 (0 = dense training only), got {self.stages}")
         if self.dense_epochs < 0 or self.finetune_epochs < 1:
             raise UserError(
                 f"need dense_epochs >= 0 and finetune_epochs >= 1, got {self.dense_epochs}, {self.finetune_epochs}"

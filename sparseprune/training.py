@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from sparseprune.callbacks import StagedPruning
-from sparseprune.checkpoints import check_checkpoint_file
+from sparseprune.checkpoints import check_checkpoint_file, load_initial_weights
 from sparseprune.errors import UserError
 from sparseprune.schedule import Schedule
 
@@ -66,6 +66,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     datamodule = instantiate(cfg.data)
     model = instantiate(cfg.model, **datamodule.model_kwargs())
     model.run_config = OmegaConf.to_container(cfg, resolve=True)
+    if cfg.get("init_ckpt") and not cfg.get("ckpt_path"):
+        load_initial_weights(model, Path(cfg.init_ckpt))
     callbacks = _instantiate_group(cfg.get("callbacks"))
     loggers = _instantiate_group(cfg.get("logger"))
     pruning = next((c for c in callbacks if isinstance(c, StagedPruning)), None)
