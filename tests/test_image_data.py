@@ -7,6 +7,7 @@ import struct
 from pathlib import Path
 from types import SimpleNamespace
 
+import lightning as L
 import numpy as np
 import pytest
 import torch
@@ -14,12 +15,13 @@ import torchvision
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from sparseprune.data import fashion_mnist
+from sparseprune.data import fashion_mnist, image_common
 from sparseprune.data.cifar10 import CIFAR10DataModule
 from sparseprune.data.fashion_mnist import FashionMNISTDataModule, parse_idx, read_idx
 from sparseprune.data.image_common import random_crop_flip, split_indices
 from sparseprune.data.imagenet import ImageNetDataModule
 from sparseprune.errors import UserError
+from sparseprune.models.image_classifier import ImageClassifier
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf" / "data"
 
@@ -148,6 +150,24 @@ def test_augmentation_only_touches_training_batches(no_system_copy: None, tmp_pa
     module.trainer = SimpleNamespace(training=True)
     images, labels = module.on_after_batch_transfer(batch, 0)
     assert images.shape == batch[0].shape and not torch.equal(images, batch[0]) and labels is batch[1]
+
+
+def test_trainer_augments_training_batches_only(
+    no_system_copy: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_fake_fashion_mnist(tmp_path / "FashionMNIST" / "raw", n_train=40, n_test=8)
+    calls = []
+
+    def counting_crop_flip(images: torch.Tensor, fill: torch.Tensor) -> torch.Tensor:
+        calls.append(images.shape[0])
+        return random_crop_flip(images, fill)
+
+    monkeypatch.setattr(image_common, "random_crop_flip", counting_crop_flip)
+    module = FashionMNISTDataModule(str(tmp_path), batch_size=8, val_fraction=0.2, download=False)
+    model = ImageClassifier(**module.model_kwargs(), width_multiplier=0.125)
+    trainer = L.Trainer(fast_dev_run=True, accelerator="cpu", logger=False, enable_progress_bar=False)
+    trainer.fit(model, datamodule=module)
+    assert calls == [8]  # the one training batch; the validation batch went through untouched
 
 
 def test_failed_download_gives_one_line_with_the_ways_out(
