@@ -1,8 +1,12 @@
 // Torch bindings of the sparseprune kernels: validate every input on the host, then hand raw pointers to the
 // CUDA files (which never include torch, so they compile fast).
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
-#include <torch/extension.h>
+#include <pybind11/stl.h>
+#include <torch/csrc/utils/pybind.h>  // not torch/extension.h: the full C++ API takes minutes to compile
 
 #include <optional>
 
@@ -34,13 +38,14 @@ int sm_count(int device) {
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // y = act(x @ B + bias) for the packed TW weight B (K x N). x is (M, K) row-major, or (K, M) when
-// feature_major (then y is (N, M) too, so consecutive sparse layers need no transpose).
+// feature_major (then y is (N, M) too, so consecutive sparse layers need no transpose). `path` forces the
+// tensor-core kernel family for M > 16 (0 auto, 1 mma.sync, 2 wgmma); tests and benchmarks compare them.
 at::Tensor tw_matmul(const at::Tensor& x, const at::Tensor& values, const at::Tensor& rows,
                      const at::Tensor& tile_ptr, const at::Tensor& cols, const at::Tensor& col_pos,
                      const at::Tensor& pruned_cols, const std::optional<at::Tensor>& bias,
                      const std::optional<at::Tensor>& res_ptr, const std::optional<at::Tensor>& res_rows,
                      const std::optional<at::Tensor>& res_vals, int64_t K, int64_t N, int64_t granularity,
-                     int64_t max_tile_k, int64_t activation, bool feature_major) {
+                     int64_t max_tile_k, int64_t activation, bool feature_major, int64_t path) {
   TORCH_CHECK(x.dim() == 2, "x must be 2-D, got ", x.dim(), "-D");
   TORCH_CHECK(x.is_cuda(), "x must be a CUDA tensor");
   const at::Device device = x.device();
@@ -53,6 +58,7 @@ at::Tensor tw_matmul(const at::Tensor& x, const at::Tensor& values, const at::Te
   TORCH_CHECK(K % 8 == 0 && N % 8 == 0, "K and N must be multiples of 8, got K = ", K, ", N = ", N);
   TORCH_CHECK(granularity == 32 || granularity == 64 || granularity == 128, "granularity must be 32, 64 or 128");
   TORCH_CHECK(activation >= 0 && activation <= 2, "activation code must be 0 (none), 1 (relu) or 2 (gelu)");
+  TORCH_CHECK(path >= 0 && path <= 2, "path must be 0 (auto), 1 (mma.sync) or 2 (wgmma)");
   TORCH_CHECK(!feature_major || M % 8 == 0 || M <= tw::kSmallM,
               "feature-major x needs M a multiple of 8 (16-byte rows), got M = ", M);
   TORCH_CHECK(aligned16(x.data_ptr()), "x must be 16-byte aligned");
@@ -118,6 +124,7 @@ at::Tensor tw_matmul(const at::Tensor& x, const at::Tensor& values, const at::Te
   p.dtype = dtype == at::kHalf ? tw::DType::kHalf : tw::DType::kBFloat16;
   p.num_sms = sm_count(device.index());
   p.stream = stream;
+  p.path = static_cast<tw::Path>(path);
   p.sym = feature_major ? 1 : N;
   p.syn = feature_major ? M : 1;
   p.y_vec16 = aligned16(p.y) && (feature_major ? M % 8 == 0 : N % 8 == 0);
@@ -157,5 +164,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         pybind11::arg("cols"), pybind11::arg("col_pos"), pybind11::arg("pruned_cols"), pybind11::arg("bias"),
         pybind11::arg("res_ptr"), pybind11::arg("res_rows"), pybind11::arg("res_vals"), pybind11::arg("K"),
         pybind11::arg("N"), pybind11::arg("granularity"), pybind11::arg("max_tile_k"),
-        pybind11::arg("activation"), pybind11::arg("feature_major"));
+        pybind11::arg("activation"), pybind11::arg("feature_major"), pybind11::arg("path") = 0);
 }

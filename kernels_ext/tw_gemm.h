@@ -11,6 +11,8 @@ namespace tw {
 
 enum class DType : int { kHalf = 0, kBFloat16 = 1 };
 enum class Activation : int { kNone = 0, kRelu = 1, kGelu = 2 };
+// Kernel family: auto picks the GEMV for small M, else wgmma on Hopper builds, else mma.sync.
+enum class Path : int { kAuto = 0, kMmaSync = 1, kWgmma = 2, kGemv = 3, kUnavailable = 4 };
 
 // Packed TW weight (see sparseprune/export/formats/tw.py). Tile t owns columns cols[t*G .. t*G+G) (-1 pads) and
 // kept K rows rows[tile_ptr[t] .. tile_ptr[t+1]) (-1 pads, a multiple of kKStep); its values are a dense
@@ -46,14 +48,21 @@ struct Problem {
   bool y_vec16;     // y base is 16-byte aligned and the contiguous stride is a multiple of 8 elements
   float* workspace; // zeroed fp32 [M x num_tiles*G] when needs_workspace() says so, else unused
   int num_sms;
+  Path path;  // kAuto, or kMmaSync / kWgmma to force a tensor-core kernel (tests and benchmarks)
   cudaStream_t stream;
+};
+
+// How one call runs: kernel family, CTA rows, K splits (1 = direct epilogue, no workspace).
+struct Plan {
+  Path path;
+  int block_m;
+  int splits;
 };
 
 constexpr int kKStep = 32;  // kept K of every tile is padded to a multiple of this
 constexpr int kSmallM = 16; // M up to this runs the split-K GEMV path (memory bound)
 
-// Split count of the tensor-core path for this problem (1 = direct epilogue, no workspace).
-int choose_splits(const PackedTile& w, const Problem& p);
+Plan make_plan(const PackedTile& w, const Problem& p);
 // True when the launch needs the zeroed fp32 workspace.
 bool needs_workspace(const PackedTile& w, const Problem& p);
 

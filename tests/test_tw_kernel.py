@@ -10,7 +10,7 @@ import torch
 from tw_masks import random_tw_mask
 
 from sparseprune.export.formats.extension import load_kernels
-from sparseprune.export.formats.tw import pack_tw, tw_matmul_reference
+from sparseprune.export.formats.tw import pack_tw, tw_matmul, tw_matmul_reference
 
 pytestmark = [
     pytest.mark.gpu,
@@ -50,19 +50,20 @@ def _case(m: int, k: int, n: int, g: int, dtype: torch.dtype, seed: int, residua
     return packed, x, bias, ref
 
 
+@pytest.mark.parametrize("kernel", ["auto", "mma.sync"])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("granularity", [32, 64, 128])
-def test_sweep_matches_fp32_reference(dtype: torch.dtype, granularity: int) -> None:
+def test_sweep_matches_fp32_reference(kernel: str, dtype: torch.dtype, granularity: int) -> None:
     activations = itertools.cycle([None, "relu", "gelu"])
     for i, (m, k, n) in enumerate(SHAPES):
         act = next(activations)
         packed, x, bias, ref = _case(m, k, n, granularity, dtype, seed=i, residual=i % 3 == 0, activation=act)
-        y = packed.matmul(x, bias, act)
+        y = tw_matmul(x, packed, bias, act, kernel=kernel)
         assert y.dtype == dtype and y.shape == (m, n)
         err = _rel_err(y, ref)
         assert err <= TOLERANCE[dtype], f"M={m} K={k} N={n} G={granularity} act={act}: rel err {err:.2e}"
         if m % 8 == 0 or m <= 16:
-            yt = packed.matmul_feature_major(x.t().contiguous(), bias, act)
+            yt = packed.matmul_feature_major(x.t().contiguous(), bias, act, kernel=kernel)
             err_fm = _rel_err(yt.t(), ref)
             assert err_fm <= TOLERANCE[dtype], f"feature-major M={m} K={k} N={n}: rel err {err_fm:.2e}"
 
@@ -82,6 +83,20 @@ def test_every_output_written() -> None:
         poison = torch.full((m, 1024), float("nan"), device="cuda", dtype=torch.float16)
         del poison
         assert _rel_err(packed.matmul(x, bias), ref) <= TOLERANCE[torch.float16]
+
+
+def test_wgmma_path_on_hopper_matches_mma_sync() -> None:
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("wgmma needs a Hopper GPU")
+    for g, m in [(128, 4096), (128, 200), (64, 3000), (64, 136)]:
+        packed, x, bias, ref = _case(m, 1032, 776, g, torch.float16, seed=g + m, residual=True, activation="relu")
+        y_wg = tw_matmul(x, packed, bias, "relu", kernel="wgmma")
+        y_mma = tw_matmul(x, packed, bias, "relu", kernel="mma.sync")
+        assert _rel_err(y_wg, ref) <= TOLERANCE[torch.float16]
+        assert _rel_err(y_mma, ref) <= TOLERANCE[torch.float16]
+    packed32, x32, _, _ = _case(64, 128, 128, 32, torch.float16, seed=2, residual=False, activation=None)
+    with pytest.raises(RuntimeError, match="unavailable"):
+        tw_matmul(x32, packed32, kernel="wgmma")
 
 
 def test_binding_rejects_bad_input() -> None:

@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 K_STEP = 32  # kernel K step; must match kKStep in kernels_ext/tw_gemm.h
 GRANULARITIES = (32, 64, 128)
 ACTIVATIONS = {None: 0, "relu": 1, "gelu": 2}
+KERNELS = {"auto": 0, "mma.sync": 1, "wgmma": 2}  # tensor-core family for M > 16; "auto" picks wgmma on Hopper
 KERNEL_DTYPES = (torch.float16, torch.bfloat16)
 
 
@@ -107,16 +108,27 @@ class PackedTW:
         return y.reshape(*lead, n)
 
     def matmul_feature_major(
-        self, xt: torch.Tensor, bias: torch.Tensor | None = None, activation: str | None = None
+        self,
+        xt: torch.Tensor,
+        bias: torch.Tensor | None = None,
+        activation: str | None = None,
+        kernel: str = "auto",
     ) -> torch.Tensor:
         """yT = act(x @ B + bias)^T from xT (K, M): chained sparse layers stay feature-major, skipping transposes."""
         if xt.dim() != 2 or xt.shape[0] != self.shape[0]:
             raise UserError(f"feature-major x must be (K={self.shape[0]}, M), got {tuple(xt.shape)}")
-        return self._run(xt, bias, activation, feature_major=True)
+        return self._run(xt, bias, activation, feature_major=True, kernel=kernel)
 
     def _run(
-        self, x: torch.Tensor, bias: torch.Tensor | None, activation: str | None, feature_major: bool
+        self,
+        x: torch.Tensor,
+        bias: torch.Tensor | None,
+        activation: str | None,
+        feature_major: bool,
+        kernel: str = "auto",
     ) -> torch.Tensor:
+        if kernel not in KERNELS:
+            raise UserError(f"kernel must be one of {sorted(KERNELS)}, got {kernel!r}")
         if activation not in ACTIVATIONS:
             raise UserError(f"activation must be one of None, 'relu', 'gelu', got {activation!r}")
         if bias is not None and bias.numel() != self.shape[1]:
@@ -145,14 +157,24 @@ class PackedTW:
             self.max_tile_k,
             ACTIVATIONS[activation],
             feature_major,
+            KERNELS[kernel],
         )
 
 
 def tw_matmul(
-    x: torch.Tensor, packed: PackedTW, bias: torch.Tensor | None = None, activation: str | None = None
+    x: torch.Tensor,
+    packed: PackedTW,
+    bias: torch.Tensor | None = None,
+    activation: str | None = None,
+    kernel: str = "auto",
 ) -> torch.Tensor:
-    """y = act(x @ B + bias) for the packed TW weight B; x is (..., K) row-major."""
-    return packed.matmul(x, bias, activation)
+    """y = act(x @ B + bias) for the packed TW weight B; x is (..., K) row-major. `kernel` forces the
+    tensor-core family on CUDA ("mma.sync" or "wgmma"; the reference ignores it)."""
+    k, n = packed.shape
+    if x.shape[-1] != k:
+        raise UserError(f"x has {x.shape[-1]} features but the packed TW weight expects K = {k}")
+    y = packed._run(x.reshape(-1, k), bias, activation, feature_major=False, kernel=kernel)
+    return y.reshape(*x.shape[:-1], n)
 
 
 def tw_matmul_reference(
