@@ -148,8 +148,9 @@ def run_case(
     m, k, n = SHAPES[name]
     dev = torch.device("cuda")
     mask = bench_tw_mask(k, n, granularity, sparsity, gen).to(dev)
-    b = (torch.randn(k, n, generator=gen) / math.sqrt(k)).to(dev, dtype)
-    x = torch.randn(m, k, generator=gen).to(dev, dtype)
+    cuda_gen = torch.Generator(device=dev).manual_seed(int(torch.randint(1 << 30, (1,), generator=gen)))
+    b = (torch.randn(k, n, generator=cuda_gen, device=dev) / math.sqrt(k)).to(dtype)
+    x = torch.randn(m, k, generator=cuda_gen, device=dev).to(dtype)
     packed = pack_tw(b, mask, granularity)
     ref = x.float() @ (b * mask).float()
     y = packed.matmul(x)
