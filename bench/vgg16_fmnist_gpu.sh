@@ -3,7 +3,7 @@
 # Writes bench/results/vgg16_fmnist_75.{json,md}. Run from the repository root: bash bench/vgg16_fmnist_gpu.sh
 set -euo pipefail
 runs=logs/vgg16_fmnist
-common="logger=csv trainer.enable_progress_bar=false"
+common="logger=csv ~callbacks.progress_bar trainer.enable_progress_bar=false"
 python train.py experiment=vgg16_fmnist_dense $common hydra.run.dir=$runs/dense
 dense=$runs/dense/checkpoints/last.ckpt
 for pattern in tw ew vw; do
