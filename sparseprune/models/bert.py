@@ -47,7 +47,7 @@ def load_bert(pretrained: str, num_labels: int, dropout: float | None = None) ->
             f"pretrained={pretrained}: {len(missing)} encoder weights missing from the checkpoint "
             f"(e.g. {missing[0]}); is it a BERT checkpoint?"
         )
-    return model
+    return model.train()  # from_pretrained returns eval mode; Lightning keeps submodules' modes as found
 
 
 class TextClassifier(PrunableTask):
