@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from tiny_bert import make_tiny_bert
+from text_fixtures import make_tiny_bert
 
 from sparseprune.errors import UserError
 from sparseprune.gemm_view import find_prunable

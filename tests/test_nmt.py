@@ -7,21 +7,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from text_fixtures import PAIRS, write_parallel_corpus
 
 from sparseprune.data.parallel import ParallelTextDataModule
 from sparseprune.data.vocab import Vocab
 from sparseprune.errors import UserError
 from sparseprune.gemm_view import find_prunable
 from sparseprune.models.lstm_nmt import TranslationTask
-
-PAIRS = [
-    ("the cat sleeps", "le chat dort"),
-    ("the dog runs", "le chien court"),
-    ("a cat runs fast", "un chat court vite"),
-    ("the big dog sleeps", "le grand chien dort"),
-    ("a dog eats", "un chien mange"),
-    ("the cat eats slowly now", "le chat mange lentement maintenant"),
-]
 
 
 @pytest.fixture(autouse=True)
@@ -31,15 +23,6 @@ def one_thread() -> Iterator[None]:
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
-
-
-def write_corpus(root: Path, pairs: list[tuple[str, str]] = PAIRS) -> Path:
-    for prefix in ("train", "tst2012", "tst2013"):
-        (root / f"{prefix}.en").write_text("".join(s + "\n" for s, _ in pairs))
-        (root / f"{prefix}.vi").write_text("".join(t + "\n" for _, t in pairs))
-    for lang, side in (("en", 0), ("vi", 1)):
-        Vocab.build((p[side].split() for p in pairs), max_size=100).save(root / f"vocab.{lang}")
-    return root
 
 
 def tiny_task(datamodule: ParallelTextDataModule, bidirectional: bool) -> TranslationTask:
@@ -56,7 +39,7 @@ def tiny_task(datamodule: ParallelTextDataModule, bidirectional: bool) -> Transl
 @pytest.mark.parametrize("bidirectional", [False, True])
 def test_tiny_model_overfits_and_decodes_back(tmp_path: Path, bidirectional: bool) -> None:
     torch.manual_seed(0)
-    datamodule = ParallelTextDataModule(str(write_corpus(tmp_path)), batch_size=len(PAIRS))
+    datamodule = ParallelTextDataModule(str(write_parallel_corpus(tmp_path)), batch_size=len(PAIRS))
     datamodule.setup()
     task = tiny_task(datamodule, bidirectional)
     batch = next(iter(datamodule.train_dataloader()))
@@ -76,7 +59,7 @@ def test_tiny_model_overfits_and_decodes_back(tmp_path: Path, bidirectional: boo
 
 
 def test_gate_matrices_are_the_pruned_weights(tmp_path: Path) -> None:
-    datamodule = ParallelTextDataModule(str(write_corpus(tmp_path)))
+    datamodule = ParallelTextDataModule(str(write_parallel_corpus(tmp_path)))
     task = tiny_task(datamodule, bidirectional=True)
     names = sorted(w.name for w in find_prunable(task, task.prune_exclude))
     assert names == sorted(
@@ -87,7 +70,7 @@ def test_gate_matrices_are_the_pruned_weights(tmp_path: Path) -> None:
 
 def test_padding_does_not_change_the_encoding(tmp_path: Path) -> None:
     torch.manual_seed(0)
-    task = tiny_task(ParallelTextDataModule(str(write_corpus(tmp_path))), bidirectional=True).eval()
+    task = tiny_task(ParallelTextDataModule(str(write_parallel_corpus(tmp_path))), bidirectional=True).eval()
     src = torch.tensor([[5, 6, 7]])
     padded = torch.tensor([[5, 6, 7, 0, 0]])
     memory, states = task.net.encoder(src, src != 0)
@@ -99,21 +82,21 @@ def test_padding_does_not_change_the_encoding(tmp_path: Path) -> None:
 
 
 def test_missing_corpus_file_says_what_to_provide(tmp_path: Path) -> None:
-    write_corpus(tmp_path)
+    write_parallel_corpus(tmp_path)
     (tmp_path / "tst2013.vi").unlink()
     with pytest.raises(UserError, match="tst2013.vi"):
         ParallelTextDataModule(str(tmp_path)).setup()
 
 
 def test_misaligned_corpus_is_rejected(tmp_path: Path) -> None:
-    write_corpus(tmp_path)
+    write_parallel_corpus(tmp_path)
     (tmp_path / "train.vi").write_text("only one line\n")
     with pytest.raises(UserError, match="misaligned"):
         ParallelTextDataModule(str(tmp_path)).setup()
 
 
 def test_long_training_pairs_are_truncated_with_a_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    datamodule = ParallelTextDataModule(str(write_corpus(tmp_path)), max_length=3)
+    datamodule = ParallelTextDataModule(str(write_parallel_corpus(tmp_path)), max_length=3)
     datamodule.setup()
     assert max(len(s) for s in datamodule.datasets["train"].src) == 3
     assert "truncated" in caplog.text

@@ -7,24 +7,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from tiny_bert import SPECIALS, WORDS, make_tiny_bert
+from text_fixtures import SPECIALS, TWEETS, WORDS, make_tiny_bert, write_tweets_csv
 
 from sparseprune.data.glue import GlueDataModule
 from sparseprune.data.tweets import LABELS, TweetsDataModule, embedded_tweets_csv, read_tweets_csv
 from sparseprune.errors import UserError
-
-ROWS = [
-    ("negative", b"i hate this car"),
-    ("positive", b"i love it \xff\xfe very good"),  # not UTF-8, as in the real corpus
-    ("neutral", b"it is a car"),
-    ("positive", b"great day"),
-    ("negative", b'"awful, bad movie"'),
-    ("neutral", b"ok"),
-    ("positive", b"good dog"),
-    ("negative", b"not good " + b"very " * 40),  # longer than max_length
-    ("neutral", b"the day"),
-    ("positive", b"love the cat"),
-]
 
 
 @pytest.fixture(scope="module")
@@ -32,21 +19,19 @@ def tiny_bert(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_tiny_bert(tmp_path_factory.mktemp("tiny-bert"))
 
 
-def write_csv(path: Path, rows: list[tuple[str, bytes]] = ROWS) -> Path:
-    path.write_bytes(b"sentiment,confidence,text\n" + b"".join(s.encode() + b",0.9," + t + b"\n" for s, t in rows))
-    return path
-
-
 def tweets(tmp_path: Path, tiny_bert: Path, **kwargs: object) -> TweetsDataModule:
     options = {"max_length": 16, "batch_size": 4, "val_fraction": 0.2, "test_fraction": 0.2} | kwargs
     return TweetsDataModule(
-        csv_path=str(write_csv(tmp_path / "tweets.csv")), tokenizer=str(tiny_bert), data_dir=str(tmp_path), **options
+        csv_path=str(write_tweets_csv(tmp_path / "tweets.csv")),
+        tokenizer=str(tiny_bert),
+        data_dir=str(tmp_path),
+        **options,
     )
 
 
 def test_csv_with_bad_bytes_is_read_with_replacement(tmp_path: Path) -> None:
-    texts, labels = read_tweets_csv(write_csv(tmp_path / "t.csv"))
-    assert len(texts) == len(ROWS)
+    texts, labels = read_tweets_csv(write_tweets_csv(tmp_path / "t.csv"))
+    assert len(texts) == len(TWEETS)
     assert texts[1] == "i love it \ufffd\ufffd very good"
     assert texts[4] == "awful, bad movie"
     assert labels[:3] == [LABELS.index("negative"), LABELS.index("positive"), LABELS.index("neutral")]
@@ -89,7 +74,7 @@ def test_max_length_is_clamped_to_the_tokenizer(tmp_path: Path, tiny_bert: Path)
 
 def test_bad_label_and_missing_file(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="sentiment 'angry'"):
-        read_tweets_csv(write_csv(tmp_path / "bad.csv", [("angry", b"grr")]))
+        read_tweets_csv(write_tweets_csv(tmp_path / "bad.csv", [("angry", b"grr")]))
     with pytest.raises(UserError, match="not found"):
         read_tweets_csv(tmp_path / "absent.csv")
 
