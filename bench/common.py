@@ -25,7 +25,7 @@ class Timing:
     graphed: bool
 
 
-def time_cuda(fn: Callable[[], Any], warmup: int = 5, samples: int = 25, graph: bool = True) -> Timing:
+def time_cuda(fn: Callable[[], Any], warmup: int = 3, samples: int = 15, graph: bool = True) -> Timing:
     """Median device time of one `fn()` call, from CUDA events around batches of ~1 ms of calls.
 
     With `graph` the batch is captured once as a CUDA graph and replayed, so host launch overhead (Python, op
