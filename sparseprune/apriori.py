@@ -11,7 +11,7 @@ from collections.abc import Mapping
 import torch
 
 from sparseprune.errors import UserError
-from sparseprune.patterns.ranking import Scope, Units
+from sparseprune.ranking import Scope, Units
 
 
 def _tune_columns(

@@ -84,8 +84,10 @@ class StagedPruning(L.Callback):
         self.monitor = self.monitor or getattr(pl_module, "monitor", "val/acc")
         too_short = trainer.max_epochs is not None and trainer.max_epochs < self.schedule.total_epochs
         if stage == "fit" and too_short and not trainer.fast_dev_run:
-            raise UserError(
-                f"the schedule needs {self.schedule.total_epochs} epochs but trainer.max_epochs={trainer.max_epochs}"
+            log.warning(
+                "the schedule needs %d epochs but trainer.max_epochs=%d: training stops before the final target",
+                self.schedule.total_epochs,
+                trainer.max_epochs,
             )
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

@@ -7,6 +7,7 @@ residual (only TEW uses 2; its packer needs to tell the tile part from the resid
 
 from __future__ import annotations
 
+import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import ClassVar
@@ -14,7 +15,7 @@ from typing import ClassVar
 import torch
 
 from sparseprune.errors import UserError
-from sparseprune.patterns.ranking import Scope
+from sparseprune.ranking import Scope
 
 PRUNED, KEPT, RESIDUAL = 0, 1, 2
 PATTERNS: dict[str, type[Pattern]] = {}
@@ -52,10 +53,12 @@ def build_pattern(name: str, **options: object) -> Pattern:
     """Look a pattern up by name; unknown names and options give one clear line."""
     if name not in PATTERNS:
         raise UserError(f"unknown pattern {name!r}; choose one of {sorted(PATTERNS)}")
-    try:
-        return PATTERNS[name](**options)
-    except TypeError as error:
-        raise UserError(f"pattern {name!r}: {error}") from None
+    pattern_class = PATTERNS[name]
+    accepted = set(inspect.signature(pattern_class.__init__).parameters) - {"self"}
+    unknown = sorted(set(options) - accepted)
+    if unknown:
+        raise UserError(f"pattern {name!r} has no option {unknown[0]!r}; its options: {sorted(accepted)}")
+    return pattern_class(**options)
 
 
 def keep_mask(codes: torch.Tensor) -> torch.Tensor:

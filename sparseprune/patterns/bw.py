@@ -7,7 +7,7 @@ from collections.abc import Mapping
 import torch
 
 from sparseprune.patterns.base import require_multiple, require_positive
-from sparseprune.patterns.ranking import Units
+from sparseprune.ranking import Units
 from sparseprune.patterns.unit_pattern import UnitPattern
 
 

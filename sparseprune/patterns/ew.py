@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from sparseprune.patterns.ranking import Units
+from sparseprune.ranking import Units
 from sparseprune.patterns.unit_pattern import UnitPattern
 
 

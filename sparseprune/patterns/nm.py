@@ -14,7 +14,7 @@ import torch
 
 from sparseprune.errors import UserError
 from sparseprune.patterns.base import Pattern, require_multiple, require_positive
-from sparseprune.patterns.ranking import Scope, check_sparsity
+from sparseprune.ranking import Scope, check_sparsity
 
 
 class NM(Pattern):

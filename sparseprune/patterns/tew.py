@@ -9,18 +9,25 @@ import torch
 
 from sparseprune.errors import UserError
 from sparseprune.patterns.base import PRUNED, RESIDUAL, Pattern
-from sparseprune.patterns.ranking import Scope, Units, check_sparsity, prune_by_scope
+from sparseprune.ranking import Scope, Units, check_sparsity, prune_by_scope
 from sparseprune.patterns.tw import TileWise
 
 
 class TileElementWise(Pattern):
     name = "tew"
 
-    def __init__(self, delta: float = 0.015, **tile_options: float) -> None:
+    def __init__(
+        self,
+        delta: float = 0.015,
+        granularity: int = 128,
+        column_share: float = 0.25,
+        apriori_top: float = 0.0,
+        apriori_last: float = 0.0,
+    ) -> None:
         if not 0.0 <= delta < 1.0:
             raise UserError(f"TEW delta must lie in [0, 1), got {delta}")
         self.delta = delta
-        self.tile_wise = TileWise(**tile_options)  # type: ignore[arg-type]
+        self.tile_wise = TileWise(granularity, column_share, apriori_top, apriori_last)
 
     def check_fits(self, shapes: Mapping[str, tuple[int, int]]) -> None:
         self.tile_wise.check_fits(shapes)

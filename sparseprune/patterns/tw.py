@@ -17,7 +17,7 @@ from sparseprune.apriori import apriori_tune
 from sparseprune.errors import UserError
 from sparseprune.patterns.base import Pattern, require_positive
 from sparseprune.patterns.ew import ElementWise
-from sparseprune.patterns.ranking import Scope, Units, check_sparsity, prune_by_scope
+from sparseprune.ranking import Scope, Units, check_sparsity, prune_by_scope
 
 
 def tile_columns(kept_columns: torch.Tensor, granularity: int) -> torch.Tensor:

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 import torch
 
 from sparseprune.patterns.base import Pattern
-from sparseprune.patterns.ranking import Scope, Units, prune_by_scope
+from sparseprune.ranking import Scope, Units, prune_by_scope
 
 
 class UnitPattern(Pattern):
