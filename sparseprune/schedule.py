@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from sparseprune.errors import UserError
-from sparseprune.patterns.ranking import check_sparsity
+from sparseprune.ranking import check_sparsity
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,8 @@ import torch
 
 from sparseprune.errors import UserError
 from sparseprune.patterns.base import PRUNED, RESIDUAL, Pattern
-from sparseprune.ranking import Scope, Units, check_sparsity, prune_by_scope
 from sparseprune.patterns.tw import TileWise
+from sparseprune.ranking import Scope, Units, check_sparsity, prune_by_scope
 
 
 class TileElementWise(Pattern):

@@ -14,8 +14,8 @@ from collections.abc import Mapping
 import torch
 
 from sparseprune.patterns.base import require_multiple, require_positive
-from sparseprune.ranking import Units
 from sparseprune.patterns.unit_pattern import UnitPattern
+from sparseprune.ranking import Units
 
 
 class VectorWise(UnitPattern):
