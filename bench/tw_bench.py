@@ -142,8 +142,26 @@ def semi_structured_24(x: torch.Tensor, b: torch.Tensor) -> tuple[Callable[[], t
         return None, f"2:4 unavailable: {str(err).splitlines()[0][:120]}"
 
 
+def kernel_profile(fn: Callable[[], Any], calls: int = 3) -> dict[str, float]:
+    """Device µs per call of each kernel `fn` launches (top 6), to see where a variant's time goes."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    events = sorted(prof.key_averages(), key=lambda e: -e.device_time_total)[:6]
+    return {e.key[:60]: round(e.device_time_total / calls, 2) for e in events if e.device_time_total > 0}
+
+
 def run_case(
-    name: str, granularity: int, sparsity: float, dtype: torch.dtype, gen: torch.Generator, check_only: bool
+    name: str,
+    granularity: int,
+    sparsity: float,
+    dtype: torch.dtype,
+    gen: torch.Generator,
+    check_only: bool,
+    profile_kernels: bool = False,
 ) -> dict[str, Any]:
     m, k, n = SHAPES[name]
     dev = torch.device("cuda")
@@ -205,6 +223,10 @@ def run_case(
         }
     )
     row["fm_of_bound"] = row["speedup_fm"] / row["bytes_bound"]
+    if profile_kernels:
+        row["profile_fm"] = kernel_profile(lambda: packed.matmul_feature_major(xt))
+        row["profile_row_major"] = kernel_profile(lambda: packed.matmul(x))
+        log.info("  kernels fm: %s\n  kernels row-major: %s", row["profile_fm"], row["profile_row_major"])
     if sparsity == 0.5:
         fn, why = semi_structured_24(x, b)
         if fn is None:
@@ -234,6 +256,7 @@ def main() -> None:
     parser.add_argument("--dtype", choices=["float16", "bfloat16"], default="float16")
     parser.add_argument("--check-only", action="store_true", help="correctness only, no timing")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--profile", action="store_true", help="also log per-kernel device times of each case")
     parser.add_argument("--out", type=Path, default=None, help="results prefix: writes PREFIX.json and PREFIX.md")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
@@ -246,7 +269,7 @@ def main() -> None:
     for name in args.shapes:
         for granularity in args.granularities:
             for sparsity in args.sparsities:
-                row = run_case(name, granularity, sparsity, dtype, gen, args.check_only)
+                row = run_case(name, granularity, sparsity, dtype, gen, args.check_only, args.profile)
                 rows.append(row)
                 log.info(
                     "%s G=%d s=%.2f err=%.2e speedup_fm=%s",

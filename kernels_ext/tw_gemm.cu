@@ -13,6 +13,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <type_traits>
 
 namespace sparseprune {
 namespace tw {
@@ -85,6 +86,12 @@ __device__ __forceinline__ int swizzle(int row, int chunk) {
   } else {
     return chunk ^ ((row >> 1) & 3);
   }
+}
+
+// The fp32 workspace follows the output layout, so the finalize pass reads it coalesced: [M x TG] for a
+// row-major y, [TG x M] for a feature-major one (TG = num_tiles * G, positions as in `cols`).
+__device__ __forceinline__ int64_t ws_index(const PackedTile& w, const Problem& p, int64_t m, int64_t pos) {
+  return p.sym == 1 ? pos * p.M + m : m * (static_cast<int64_t>(w.num_tiles) * w.granularity) + pos;
 }
 
 // Bias, TEW residual and activation for output (m, col); x is read through its strides.
@@ -287,7 +294,6 @@ __global__ void __launch_bounds__(Cfg::kThreads)
 
   const int g = lane >> 2, t4 = lane & 3;
   if (splits > 1) {  // partial sums into the workspace; the finalize kernel applies the epilogue
-    const int64_t tg = static_cast<int64_t>(w.num_tiles) * BN;
 #pragma unroll
     for (int i = 0; i < MI; ++i)
 #pragma unroll
@@ -296,7 +302,7 @@ __global__ void __launch_bounds__(Cfg::kThreads)
         for (int e = 0; e < 4; ++e) {
           const int64_t m = m0 + wm * Cfg::kWM + i * 16 + g + (e >> 1) * 8;
           const int n = wn * Cfg::kWN + j * 8 + 2 * t4 + (e & 1);
-          if (m < M) atomicAdd(p.workspace + m * tg + static_cast<int64_t>(tile) * BN + n, acc[i][j][e]);
+          if (m < M) atomicAdd(p.workspace + ws_index(w, p, m, static_cast<int64_t>(tile) * BN + n), acc[i][j][e]);
         }
     return;
   }
@@ -469,14 +475,13 @@ __global__ void __launch_bounds__(256, 1)
 
   const int g = lane >> 2, t4 = lane & 3, wq = warp & 3;
   if (splits > 1) {
-    const int64_t tg = static_cast<int64_t>(w.num_tiles) * BN;
 #pragma unroll
     for (int i = 0; i < MIWG; ++i)
 #pragma unroll
       for (int e = 0; e < NACC; ++e) {
         const int64_t m = m0 + (wg * MIWG + i) * 64 + wq * 16 + g + ((e >> 1) & 1) * 8;
         const int n = (e >> 2) * 8 + 2 * t4 + (e & 1);
-        if (m < M) atomicAdd(p.workspace + m * tg + static_cast<int64_t>(tile) * BN + n, acc[i][e]);
+        if (m < M) atomicAdd(p.workspace + ws_index(w, p, m, static_cast<int64_t>(tile) * BN + n), acc[i][e]);
       }
     return;
   }
@@ -499,12 +504,14 @@ __global__ void __launch_bounds__(256, 1)
 #endif
 }
 
-// Small M: CTA = (tile, K chunk); each thread streams 16-byte value vectors of kept rows, the CTA reduces in
-// shared memory and adds its partial sums into the fp32 workspace. Bound by the weight bytes, as it should be.
-template <typename T, int MaxM>
+// Small M: CTA = (tile, K chunk); each thread streams value vectors of kept rows (Cols columns: 16 bytes, or
+// 8 bytes for M > 4 to keep the Cols x MaxM accumulators in registers at full occupancy), the CTA reduces in
+// shared memory and adds its partial sums into the fp32 workspace. Bound by the weight bytes.
+template <typename T, int MaxM, int Cols>
 __global__ void __launch_bounds__(256) tw_gemv_kernel(PackedTile w, Problem p, int k_chunk) {
+  using Vec = std::conditional_t<Cols == 8, uint4, uint2>;
   __shared__ float s_red[MaxM][128];
-  const int G = w.granularity, lanes_per_row = G / 8, rows_par = 256 / lanes_per_row;
+  const int G = w.granularity, lanes_per_row = G / Cols, rows_par = 256 / lanes_per_row;
   const int tile = blockIdx.x;
   const int p0 = w.tile_ptr[tile], kt = w.tile_ptr[tile + 1] - p0;
   const int kb = blockIdx.y * k_chunk;
@@ -517,21 +524,21 @@ __global__ void __launch_bounds__(256) tw_gemv_kernel(PackedTile w, Problem p, i
   const T* x = static_cast<const T*>(p.x);
   const T* vals = static_cast<const T*>(w.values);
   const int M = static_cast<int>(p.M);
-  float acc[MaxM][8];
+  float acc[MaxM][Cols];
 #pragma unroll
   for (int m = 0; m < MaxM; ++m)
 #pragma unroll
-    for (int e = 0; e < 8; ++e) acc[m][e] = 0.0f;
+    for (int e = 0; e < Cols; ++e) acc[m][e] = 0.0f;
 
-  constexpr int kUnroll = 4;
+  constexpr int kUnroll = 4;  // independent row loads in flight per thread
   for (int k0 = kb + tid / lanes_per_row; k0 < ke; k0 += rows_par * kUnroll) {
     int row[kUnroll];
-    uint4 v[kUnroll];
+    Vec v[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int k = k0 + u * rows_par;
       row[u] = k < ke ? w.rows[p0 + k] : -1;
-      if (row[u] >= 0) v[u] = __ldg(reinterpret_cast<const uint4*>(vals + static_cast<int64_t>(p0 + k) * G) + c);
+      if (row[u] >= 0) v[u] = __ldg(reinterpret_cast<const Vec*>(vals + static_cast<int64_t>(p0 + k) * G) + c);
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
@@ -542,7 +549,7 @@ __global__ void __launch_bounds__(256) tw_gemv_kernel(PackedTile w, Problem p, i
         if (m >= M) break;
         const float xv = to_float(x[m * p.sxm + static_cast<int64_t>(row[u]) * p.sxk]);
 #pragma unroll
-        for (int e = 0; e < 8; ++e) acc[m][e] += xv * to_float(wv[e]);
+        for (int e = 0; e < Cols; ++e) acc[m][e] += xv * to_float(wv[e]);
       }
     }
   }
@@ -550,7 +557,7 @@ __global__ void __launch_bounds__(256) tw_gemv_kernel(PackedTile w, Problem p, i
 #pragma unroll
   for (int m = 0; m < MaxM; ++m)
 #pragma unroll
-    for (int e = 0; e < 8; ++e) {
+    for (int e = 0; e < Cols; ++e) {
       float s = acc[m][e];
       for (int off = lanes_per_row; off < 32; off <<= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
       acc[m][e] = s;
@@ -558,36 +565,47 @@ __global__ void __launch_bounds__(256) tw_gemv_kernel(PackedTile w, Problem p, i
   if ((tid & 31) < lanes_per_row) {
     for (int m = 0; m < MaxM && m < M; ++m)
 #pragma unroll
-      for (int e = 0; e < 8; ++e) atomicAdd(&s_red[m][c * 8 + e], acc[m][e]);
+      for (int e = 0; e < Cols; ++e) atomicAdd(&s_red[m][c * Cols + e], acc[m][e]);
   }
   __syncthreads();
-  const int64_t tg = static_cast<int64_t>(w.num_tiles) * G;
   for (int i = tid; i < M * G; i += 256) {
     const int m = i / G, n = i % G;
-    atomicAdd(p.workspace + m * tg + static_cast<int64_t>(tile) * G + n, s_red[m][n]);
+    atomicAdd(p.workspace + ws_index(w, p, m, static_cast<int64_t>(tile) * G + n), s_red[m][n]);
   }
 }
 
-// Epilogue for columns not written by the tensor-core CTAs: every column after a split-K/GEMV pass
-// (all_columns), else only the pruned columns (bias and TEW residual, then activation).
+// Epilogue for columns no tensor-core CTA wrote: every column after a split-K/GEMV pass (all_columns),
+// else only the pruned ones (bias and TEW residual, then activation). Two mappings keep the stores coalesced:
+// a row-major y walks the column list across threads, a feature-major y walks M across threads.
 template <typename T>
-__global__ void tw_finalize_kernel(PackedTile w, Problem p, bool all_columns) {
-  const int64_t ncols = all_columns ? w.N : w.num_pruned;
-  const int64_t total = p.M * ncols;
-  const int64_t tg = static_cast<int64_t>(w.num_tiles) * w.granularity;
-  const T* x = static_cast<const T*>(p.x);
-  T* y = static_cast<T*>(p.y);
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t m = i / ncols;
-    const int col = all_columns ? static_cast<int>(i % ncols) : w.pruned_cols[i % ncols];
-    float v = 0.0f;
-    if (all_columns) {
-      const int pos = w.col_pos[col];
-      if (pos >= 0) v = p.workspace[m * tg + pos];
+__device__ __forceinline__ void finalize_one(const PackedTile& w, const Problem& p, int64_t m, int col,
+                                             int pos) {
+  const float v = pos >= 0 ? p.workspace[ws_index(w, p, m, pos)] : 0.0f;
+  const float out = finish(v, col, m, w, static_cast<const T*>(p.x), p.sxm, p.sxk, static_cast<const T*>(p.bias),
+                           p.activation);
+  static_cast<T*>(p.y)[m * p.sym + static_cast<int64_t>(col) * p.syn] = from_float<T>(out);
+}
+
+template <typename T>
+__global__ void tw_finalize_rows_kernel(PackedTile w, Problem p, bool all_columns) {
+  const int ncols = all_columns ? static_cast<int>(w.N) : w.num_pruned;
+  const int j = blockIdx.x * blockDim.x + threadIdx.x;
+  if (j >= ncols) return;
+  const int col = all_columns ? j : w.pruned_cols[j];
+  const int pos = all_columns ? w.col_pos[col] : -1;
+  for (int64_t m = blockIdx.y; m < p.M; m += gridDim.y) finalize_one<T>(w, p, m, col, pos);
+}
+
+template <typename T>
+__global__ void tw_finalize_cols_kernel(PackedTile w, Problem p, bool all_columns) {
+  const int ncols = all_columns ? static_cast<int>(w.N) : w.num_pruned;
+  for (int j = blockIdx.y; j < ncols; j += gridDim.y) {
+    const int col = all_columns ? j : w.pruned_cols[j];
+    const int pos = all_columns ? w.col_pos[col] : -1;
+    for (int64_t m = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; m < p.M;
+         m += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+      finalize_one<T>(w, p, m, col, pos);
     }
-    v = finish(v, col, m, w, x, p.sxm, p.sxk, static_cast<const T*>(p.bias), p.activation);
-    y[m * p.sym + static_cast<int64_t>(col) * p.syn] = from_float<T>(v);
   }
 }
 
@@ -650,20 +668,27 @@ const char* dispatch_gemv(const PackedTile& w, const Problem& p) {
   int k_chunk = cdiv(total_rows, 4LL * p.num_sms);
   k_chunk = std::max(64, cdiv(k_chunk, kKStep) * kKStep);
   const dim3 grid(w.num_tiles, cdiv(w.max_tile_k, k_chunk));
-  if (p.M <= 1) tw_gemv_kernel<T, 1><<<grid, 256, 0, p.stream>>>(w, p, k_chunk);
-  else if (p.M <= 2) tw_gemv_kernel<T, 2><<<grid, 256, 0, p.stream>>>(w, p, k_chunk);
-  else if (p.M <= 4) tw_gemv_kernel<T, 4><<<grid, 256, 0, p.stream>>>(w, p, k_chunk);
-  else if (p.M <= 8) tw_gemv_kernel<T, 8><<<grid, 256, 0, p.stream>>>(w, p, k_chunk);
-  else tw_gemv_kernel<T, 16><<<grid, 256, 0, p.stream>>>(w, p, k_chunk);
+  if (p.M <= 1) tw_gemv_kernel<T, 1, 8><<<grid, 256, 0, p.stream>>>(w, p, k_chunk);
+  else if (p.M <= 2) tw_gemv_kernel<T, 2, 8><<<grid, 256, 0, p.stream>>>(w, p, k_chunk);
+  else if (p.M <= 4) tw_gemv_kernel<T, 4, 8><<<grid, 256, 0, p.stream>>>(w, p, k_chunk);
+  else if (p.M <= 8) tw_gemv_kernel<T, 8, 4><<<grid, 256, 0, p.stream>>>(w, p, k_chunk);
+  else tw_gemv_kernel<T, 16, 4><<<grid, 256, 0, p.stream>>>(w, p, k_chunk);
   return check_launch();
 }
 
 template <typename T>
 const char* run_finalize(const PackedTile& w, const Problem& p, bool all_columns) {
-  const int64_t total = p.M * (all_columns ? w.N : w.num_pruned);
-  if (total == 0) return nullptr;
-  const int blocks = static_cast<int>(std::min<int64_t>(cdiv(total, 256), 16LL * p.num_sms));
-  tw_finalize_kernel<T><<<blocks, 256, 0, p.stream>>>(w, p, all_columns);
+  const int64_t ncols = all_columns ? w.N : w.num_pruned;
+  if (ncols == 0 || p.M == 0) return nullptr;
+  constexpr int64_t kMaxGridY = 65535;
+  if (p.sym == 1) {
+    const dim3 grid(static_cast<unsigned>(std::min<int64_t>(cdiv(p.M, 256), 64)),
+                    static_cast<unsigned>(std::min(ncols, kMaxGridY)));
+    tw_finalize_cols_kernel<T><<<grid, 256, 0, p.stream>>>(w, p, all_columns);
+  } else {
+    const dim3 grid(static_cast<unsigned>(cdiv(ncols, 256)), static_cast<unsigned>(std::min(p.M, kMaxGridY)));
+    tw_finalize_rows_kernel<T><<<grid, 256, 0, p.stream>>>(w, p, all_columns);
+  }
   return check_launch();
 }
 
@@ -687,10 +712,12 @@ bool wgmma_available() {
 }
 
 int splits_for(const PackedTile& w, const Problem& p, int bm) {
+  // Split K only when the CTAs would fill less than half the GPU: a second wave costs as much as the
+  // atomics and the finalize pass that splitting adds.
   const int64_t ctas = static_cast<int64_t>(w.num_tiles) * cdiv(p.M, bm);
-  if (ctas >= p.num_sms) return 1;
+  if (2 * ctas > p.num_sms) return 1;
   const int max_splits = std::max(1, w.max_tile_k / (2 * kKStep));  // at least 2 K steps per split
-  return static_cast<int>(std::min<int64_t>(max_splits, cdiv(2LL * p.num_sms, ctas)));
+  return static_cast<int>(std::min<int64_t>(max_splits, p.num_sms / ctas));
 }
 
 template <typename T, typename Cfg>
