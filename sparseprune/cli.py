@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from hydra.errors import InstantiationException
+from omegaconf.errors import MissingMandatoryValue
 
 from sparseprune.errors import UserError
 
@@ -32,6 +33,9 @@ def exit_on_user_error(main: Callable[..., Result]) -> Callable[..., Result]:
     def wrapper(*args: Any, **kwargs: Any) -> Result:
         try:
             return main(*args, **kwargs)
+        except MissingMandatoryValue as error:
+            print(f"error: {error.full_key} is required: add {error.full_key}=... to the command line", file=sys.stderr)
+            sys.exit(2)
         except (UserError, InstantiationException) as error:
             user_error = _user_error_in(error)
             if user_error is None:

@@ -1,0 +1,40 @@
+"""train.py end to end on CPU through the real Hydra configs: every pattern, fast_dev_run and a tiny real run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hydra_runs import PATTERN_OVERRIDES, TINY_VGG, compose_config
+
+from sparseprune.training import train
+
+
+@pytest.mark.parametrize("pattern", sorted(PATTERN_OVERRIDES))
+def test_fast_dev_run_every_pattern(pattern: str, tmp_path: Path) -> None:
+    overrides = TINY_VGG + PATTERN_OVERRIDES[pattern] + ["trainer=debug", "importance=magnitude"]
+    cfg = compose_config("train", overrides, tmp_path)
+    summary = train(cfg)
+    final = summary["stages"][-1]
+    assert final["stage"] == 2 and final["sparsity"] == pytest.approx(0.75, abs=0.02)
+
+
+def test_taylor_staged_run_writes_checkpoint_and_summary(tmp_path: Path) -> None:
+    overrides = (
+        TINY_VGG
+        + PATTERN_OVERRIDES["tw"]
+        + [
+            "importance.num_batches=2",
+            "schedule.dense_epochs=1",
+            "schedule.stages=2",
+            "trainer.limit_train_batches=3",
+            "trainer.limit_val_batches=2",
+        ]
+    )
+    summary = train(compose_config("train", overrides, tmp_path))
+    assert [row["stage"] for row in summary["stages"]] == [-1, 0, 1]
+    assert summary["stages"][-1]["sparsity"] == pytest.approx(0.75, abs=0.01)
+    assert Path(summary["checkpoint"]).is_file()
+    assert json.loads((tmp_path / "summary.json").read_text())["target"] == 0.75
+    assert (tmp_path / "plots" / "layer_sparsity_stage1.png").is_file()
