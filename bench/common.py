@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import shlex
 import statistics
+import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -81,7 +82,21 @@ def device_name() -> str:
 
 
 def command_line() -> str:
-    return " ".join(shlex.quote(a) for a in [Path(sys.executable).name, *sys.argv])
+    """The exact invocation, `-m module` included (sys.orig_argv keeps what sys.argv rewrites)."""
+    argv = sys.orig_argv[1:] if sys.orig_argv else sys.argv
+    return " ".join(shlex.quote(a) for a in [Path(sys.executable).name, *argv])
+
+
+def git_commit() -> str:
+    """Commit of the working tree the numbers come from (with '+dirty' for local changes), or 'unknown'."""
+    try:
+        sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True)
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True, check=True
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return sha.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
 
 
 def markdown_table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str]]) -> str:
@@ -104,9 +119,18 @@ def write_results(
 ) -> str:
     """Writes prefix.json (all fields) and prefix.md (the table), both naming the command and the device."""
     prefix.parent.mkdir(parents=True, exist_ok=True)
-    header = {"command": command_line(), "device": device_name()}
+    header = {"command": command_line(), "device": device_name(), "commit": git_commit()}
     prefix.with_suffix(".json").write_text(json.dumps({**header, "notes": list(notes), "rows": list(rows)}, indent=1))
     table = markdown_table(rows, columns)
-    body = [f"Command: `{header['command']}`", "", f"Device: {header['device']}", "", *notes, "", table, ""]
+    body = [
+        f"Command: `{header['command']}` (commit {header['commit']})",
+        "",
+        f"Device: {header['device']}",
+        "",
+        *notes,
+        "",
+        table,
+        "",
+    ]
     prefix.with_suffix(".md").write_text("\n".join(body))
     return table
