@@ -4,11 +4,12 @@
 with `mod2imp` (package `libsword-utils`), stripped of their OSIS markup and footnotes, paired by verse key
 (about 31k verses present in both), kept when both sides have at most `max_words` words, tokenized
 (words and punctuation apart) and split with a fixed seed. The result is written once under
-`data_dir/bible/<src>-<tgt>/` in the IWSLT layout, so `ParallelTextDataModule` reads it like IWSLT'15.
+`data_dir/bible/<src>-<tgt>-<settings hash>/` in the IWSLT layout, so `ParallelTextDataModule` reads it like IWSLT'15.
 """
 
 from __future__ import annotations
 
+import hashlib
 import html
 import json
 import logging
@@ -152,7 +153,9 @@ class BibleDataModule(ParallelTextDataModule):
         }
 
     def corpus_dir(self) -> Path:
-        return self.data_dir / "bible" / f"{self.settings['src_module']}-{self.settings['tgt_module']}"
+        """One folder per build settings, so switching presets never rebuilds over another's corpus."""
+        digest = hashlib.sha1(json.dumps(self.settings, sort_keys=True).encode()).hexdigest()[:8]
+        return self.data_dir / "bible" / f"{self.settings['src_module']}-{self.settings['tgt_module']}-{digest}"
 
     def prepare_data(self) -> None:
         build_bible_corpus(self.corpus_dir(), self.settings)

@@ -15,7 +15,7 @@ def greedy_decode(model: Seq2Seq, src: torch.Tensor, bos_id: int, eos_id: int, m
     finished = torch.zeros_like(tokens, dtype=torch.bool)
     output = []
     for _ in range(max_length):
-        state = model.decoder.step(tokens, state, keys, memory, mask)
+        state = model.decoder.step(model.decoder.embedding(tokens), state, keys, memory, mask)
         tokens = model.logits(state.attentional).argmax(dim=-1).masked_fill(finished, 0)
         output.append(tokens)
         finished |= tokens == eos_id
@@ -51,7 +51,7 @@ def beam_search(
     finished = torch.zeros(batch * beams, dtype=torch.bool, device=src.device)
     history = torch.zeros((batch * beams, 0), dtype=torch.long, device=src.device)
     for _ in range(max_length):
-        state = model.decoder.step(tokens, state, keys, memory, mask)
+        state = model.decoder.step(model.decoder.embedding(tokens), state, keys, memory, mask)
         log_probs = torch.log_softmax(model.logits(state.attentional).float(), dim=-1)
         frozen = torch.full_like(log_probs, float("-inf"))
         frozen[:, 0] = 0.0

@@ -155,14 +155,18 @@ class Decoder(nn.Module):
 
     def step(
         self,
-        tokens: torch.Tensor,
+        embedded: torch.Tensor,
         state: DecoderState,
         keys: torch.Tensor,
         memory: torch.Tensor,
         memory_mask: torch.Tensor,
     ) -> DecoderState:
-        """Consume one target token per row (B,) and return the new state (its `attentional` feeds the output)."""
-        x = torch.cat([self.embedding(tokens), state.attentional], dim=-1)
+        """Consume one embedded target token per row (B, E); the new state's `attentional` feeds the output.
+
+        Callers embed whole sequences at once where they can: a lookup per step would build a dense
+        vocabulary-sized embedding gradient at every step.
+        """
+        x = torch.cat([embedded, state.attentional], dim=-1)
         layers = []
         for layer, layer_state in zip(self.layers, state.layers, strict=True):
             h, c = layer.step(layer.ih(self.dropout(x)), layer_state)
@@ -208,8 +212,9 @@ class Seq2Seq(nn.Module):
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
         """Teacher-forced logits (B, T, V) for target inputs tgt_in (B, T)."""
         state, keys, memory, mask = self.start(src)
+        embedded = self.decoder.embedding(tgt_in)
         outputs = []
         for t in range(tgt_in.shape[1]):
-            state = self.decoder.step(tgt_in[:, t], state, keys, memory, mask)
+            state = self.decoder.step(embedded[:, t], state, keys, memory, mask)
             outputs.append(state.attentional)
         return self.logits(torch.stack(outputs, dim=1))
