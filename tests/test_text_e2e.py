@@ -1,0 +1,88 @@
+"""train.py end to end for the text tasks: BERT and LSTM-NMT, fast_dev_run with every pattern, plus a tiny
+staged NMT run whose checkpoint holds masks and a BLEU per stage."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from hydra_runs import compose_config
+from text_fixtures import make_tiny_bert, write_parallel_corpus, write_tweets_csv
+
+from sparseprune.training import train
+
+QUIET = [
+    "logger=none",
+    "~callbacks.progress_bar",
+    "trainer.enable_progress_bar=false",
+    "trainer.enable_model_summary=false",
+    "importance=magnitude",
+]
+# Every pattern's default G, V and block size fit the tiny models (BERT hidden 128; LSTM N = 4H = 128, K >= 32).
+PATTERNS = ["ew", "vw", "bw", "tw", "tew", "nm"]
+
+
+def tiny_bert_overrides(root: Path) -> list[str]:
+    return [
+        "model=bert",
+        "experiment=bert_demo",
+        f"model.pretrained={root / 'bert'}",
+        f"data.csv_path={write_tweets_csv(root / 'tweets.csv')}",
+        "data.max_length=16",
+        "data.batch_size=4",
+        "data.val_fraction=0.2",
+        "data.test_fraction=0.2",
+        f"paths.data_dir={root / 'data'}",
+    ]
+
+
+def tiny_nmt_overrides(root: Path) -> list[str]:
+    return [
+        "model=lstm_nmt",
+        "experiment=lstm_nmt_demo",
+        "data=iwslt15",
+        f"data.data_dir={write_parallel_corpus(root / 'corpus')}",
+        "data.batch_size=3",
+        "model.hidden_size=32",
+        "model.test_beam_size=2",
+    ]
+
+
+@pytest.fixture(scope="module")
+def tiny_inputs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("text-inputs")
+    make_tiny_bert(root / "bert")
+    return root
+
+
+@pytest.mark.parametrize("model", ["bert", "lstm_nmt"])
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_fast_dev_run_every_pattern(model: str, pattern: str, tiny_inputs: Path, tmp_path: Path) -> None:
+    overrides = tiny_bert_overrides(tiny_inputs) if model == "bert" else tiny_nmt_overrides(tiny_inputs)
+    cfg = compose_config("train", [*overrides, *QUIET, f"pattern={pattern}", "trainer=debug"], tmp_path)
+    summary = train(cfg)
+    final = summary["stages"][-1]
+    assert final["stage"] == 2 and final["sparsity"] == pytest.approx(0.75, abs=0.02)
+
+
+def test_staged_nmt_run_reports_bleu_and_saves_masks(tiny_inputs: Path, tmp_path: Path) -> None:
+    overrides = (
+        tiny_nmt_overrides(tiny_inputs)
+        + QUIET
+        + [
+            "pattern=tw",
+            "schedule.dense_epochs=1",
+            "schedule.stages=1",
+            "schedule.finetune_epochs=1",
+        ]
+    )
+    summary = train(compose_config("train", overrides, tmp_path))
+    assert [row["stage"] for row in summary["stages"]] == [-1, 0]
+    assert all(0.0 <= row["val/bleu"] <= 100.0 for row in summary["stages"])
+    assert "test/bleu" in summary["test"]
+    checkpoint = torch.load(summary["checkpoint"], weights_only=False, map_location="cpu")
+    pruning = next(state for key, state in checkpoint["callbacks"].items() if "StagedPruning" in key)
+    gates = [f"net.encoder.layers.{i}.0.{g}.weight" for i in (0, 1) for g in ("ih", "hh")]
+    gates += [f"net.decoder.layers.{i}.{g}.weight" for i in (0, 1) for g in ("ih", "hh")]
+    assert sorted(pruning["codes"]) == sorted(gates)
