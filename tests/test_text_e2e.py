@@ -1,5 +1,5 @@
-"""train.py end to end for the text tasks: BERT and LSTM-NMT, fast_dev_run with every pattern, plus a tiny
-staged NMT run whose checkpoint holds masks and a BLEU per stage."""
+"""train.py and export.py end to end for the text tasks: BERT and LSTM-NMT, fast_dev_run with every pattern,
+and tiny staged runs whose checkpoints export to packed layers matching the masked dense model."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import torch
 from hydra_runs import compose_config
 from text_fixtures import make_tiny_bert, write_parallel_corpus, write_tweets_csv
 
+from sparseprune.export.pipeline import export
 from sparseprune.training import train
 
 QUIET = [
@@ -66,17 +67,11 @@ def test_fast_dev_run_every_pattern(model: str, pattern: str, tiny_inputs: Path,
     assert final["stage"] == 2 and final["sparsity"] == pytest.approx(0.75, abs=0.02)
 
 
-def test_staged_nmt_run_reports_bleu_and_saves_masks(tiny_inputs: Path, tmp_path: Path) -> None:
-    overrides = (
-        tiny_nmt_overrides(tiny_inputs)
-        + QUIET
-        + [
-            "pattern=tw",
-            "schedule.dense_epochs=1",
-            "schedule.stages=1",
-            "schedule.finetune_epochs=1",
-        ]
-    )
+STAGED = ["schedule.dense_epochs=1", "schedule.stages=1", "schedule.finetune_epochs=1", "trainer.limit_train_batches=2"]
+
+
+def test_staged_nmt_run_reports_bleu_saves_gate_masks_and_exports(tiny_inputs: Path, tmp_path: Path) -> None:
+    overrides = tiny_nmt_overrides(tiny_inputs) + QUIET + STAGED + ["pattern=tw"]
     summary = train(compose_config("train", overrides, tmp_path))
     assert [row["stage"] for row in summary["stages"]] == [-1, 0]
     assert all(0.0 <= row["val/bleu"] <= 100.0 for row in summary["stages"])
@@ -86,3 +81,14 @@ def test_staged_nmt_run_reports_bleu_and_saves_masks(tiny_inputs: Path, tmp_path
     gates = [f"net.encoder.layers.{i}.0.{g}.weight" for i in (0, 1) for g in ("ih", "hh")]
     gates += [f"net.decoder.layers.{i}.{g}.weight" for i in (0, 1) for g in ("ih", "hh")]
     assert sorted(pruning["codes"]) == sorted(gates)
+    report = export(compose_config("export", [f"ckpt={summary['checkpoint']}", "repeats=1", "warmup=0"], tmp_path))
+    assert sorted(report["layers"]) == sorted(gates)
+    assert report["check"]["fp32_rel_error"] <= 1e-5
+
+
+def test_staged_bert_run_exports_packed_linears(tiny_inputs: Path, tmp_path: Path) -> None:
+    overrides = tiny_bert_overrides(tiny_inputs) + QUIET + STAGED + ["pattern=tew"]
+    summary = train(compose_config("train", overrides, tmp_path))
+    report = export(compose_config("export", [f"ckpt={summary['checkpoint']}", "repeats=1", "warmup=0"], tmp_path))
+    assert len(report["layers"]) == 12  # 2 layers x (Q, K, V, attention output, FFN in, FFN out)
+    assert report["check"]["fp32_rel_error"] <= 1e-5

@@ -91,6 +91,10 @@ class TextClassifier(PrunableTask):
             token_type_ids=batch["token_type_ids"],
         ).logits
 
+    def predict_batch(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Class logits: what export compares (sparse vs masked dense) and times."""
+        return self(batch)
+
     def compute_loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         return F.cross_entropy(self(batch), batch["labels"])
 
