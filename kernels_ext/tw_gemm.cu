@@ -665,7 +665,7 @@ template <typename T>
 const char* dispatch_gemv(const PackedTile& w, const Problem& p) {
   // Chunks of K small enough to give every SM a few CTAs, large enough to amortise the reduction.
   const int64_t total_rows = std::max<int64_t>(1, static_cast<int64_t>(w.max_tile_k) * w.num_tiles);
-  int k_chunk = cdiv(total_rows, 4LL * p.num_sms);
+  int k_chunk = cdiv(total_rows, 2LL * p.num_sms);
   k_chunk = std::max(64, cdiv(k_chunk, kKStep) * kKStep);
   const dim3 grid(w.num_tiles, cdiv(w.max_tile_k, k_chunk));
   if (p.M <= 1) tw_gemv_kernel<T, 1, 8><<<grid, 256, 0, p.stream>>>(w, p, k_chunk);
@@ -680,13 +680,17 @@ template <typename T>
 const char* run_finalize(const PackedTile& w, const Problem& p, bool all_columns) {
   const int64_t ncols = all_columns ? w.N : w.num_pruned;
   if (ncols == 0 || p.M == 0) return nullptr;
+  // About 8 CTAs per SM, each looping over many outputs: one output per thread made ~10^5 tiny CTAs whose
+  // scheduling, not the stores, set the time.
   constexpr int64_t kMaxGridY = 65535;
+  const int64_t target_ctas = 8LL * p.num_sms;
   if (p.sym == 1) {
-    const dim3 grid(static_cast<unsigned>(std::min<int64_t>(cdiv(p.M, 256), 64)),
-                    static_cast<unsigned>(std::min(ncols, kMaxGridY)));
+    const dim3 grid(1, static_cast<unsigned>(std::min({ncols, target_ctas, kMaxGridY})));
     tw_finalize_cols_kernel<T><<<grid, 256, 0, p.stream>>>(w, p, all_columns);
   } else {
-    const dim3 grid(static_cast<unsigned>(cdiv(ncols, 256)), static_cast<unsigned>(std::min(p.M, kMaxGridY)));
+    const int64_t col_blocks = cdiv(ncols, 256);
+    const int64_t row_blocks = std::max<int64_t>(1, target_ctas / col_blocks);
+    const dim3 grid(static_cast<unsigned>(col_blocks), static_cast<unsigned>(std::min({p.M, row_blocks, kMaxGridY})));
     tw_finalize_rows_kernel<T><<<grid, 256, 0, p.stream>>>(w, p, all_columns);
   }
   return check_launch();

@@ -122,8 +122,6 @@ def test_binding_rejects_bad_input() -> None:
     ]
     with pytest.raises(RuntimeError, match="values are"):
         kernels.tw_matmul(x.to(torch.bfloat16), *args)
-    with pytest.raises(RuntimeError, match="K ="):
-        kernels.tw_matmul(x[:, :64].contiguous(), *args)
     with pytest.raises(RuntimeError, match="contiguous"):
         kernels.tw_matmul(torch.empty(128, 64, device="cuda", dtype=torch.float16).t(), *args)
     with pytest.raises(RuntimeError, match="CUDA"):
