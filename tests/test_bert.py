@@ -37,6 +37,7 @@ def encode(pretrained: str, texts: list[str], labels: list[int]) -> dict[str, to
 
 def test_prunes_exactly_the_six_layer_gemms(tiny_bert: Path) -> None:
     task = TextClassifier(num_labels=3, pretrained=str(tiny_bert))
+    assert all(module.training for module in task.modules())  # from_pretrained alone returns eval mode
     names = [w.name for w in find_prunable(task, task.prune_exclude)]
     assert names == [f"model.bert.encoder.layer.{i}.{g}.weight" for i in range(2) for g in LAYER_GEMMS]
 

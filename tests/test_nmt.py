@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -9,6 +10,7 @@ import pytest
 import torch
 from text_fixtures import PAIRS, write_parallel_corpus
 
+from sparseprune.data.bible import BibleDataModule, read_verses, tokenize
 from sparseprune.data.parallel import ParallelTextDataModule
 from sparseprune.data.vocab import Vocab
 from sparseprune.errors import UserError
@@ -110,3 +112,60 @@ def test_vocab_file_round_trip(tmp_path: Path) -> None:
     loaded = Vocab.from_file(tmp_path / "vocab.x")
     assert loaded.itos == vocab.itos == ["<pad>", "<unk>", "<s>", "</s>", "b", "a"]
     assert loaded.decode(loaded.encode(["a", "zzz", "b"]) + [Vocab.eos_id, 4]) == ["a", "<unk>", "b"]
+
+
+IMP = """$$$[ Module Heading ]
+$$$Genesis 0:0
+An introduction that is not a verse.
+$$$Genesis 1:1
+<w lemma="strong:H0430">In</w> the beginning, <w>God</w><note placement="foot">A footnote.</note> created
+the heavens &amp; the earth.
+$$$Genesis 1:2
+
+$$$Genesis 1:3
+God said, “Let there be light,” and there was light.
+"""
+
+
+def test_sword_export_is_cleaned_into_verses(tmp_path: Path) -> None:
+    (tmp_path / "mod.imp").write_text(IMP)
+    verses = read_verses(tmp_path / "mod.imp")
+    assert verses == {
+        "Genesis 1:1": "In the beginning, God created the heavens & the earth.",
+        "Genesis 1:3": "God said, “Let there be light,” and there was light.",
+    }
+    assert tokenize(verses["Genesis 1:3"]) == [
+        "God",
+        "said",
+        ",",
+        "“",
+        "Let",
+        "there",
+        "be",
+        "light",
+        ",",
+        "”",
+        "and",
+        "there",
+        "was",
+        "light",
+        ".",
+    ]
+    assert tokenize("don’t") == ["don’t"]
+
+
+def test_missing_sword_tools_say_what_to_install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(UserError, match="apt-get install sword-text-web sword-text-sparv libsword-utils"):
+        BibleDataModule(data_dir=str(tmp_path)).model_kwargs()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("mod2imp") is None, reason="apt-get install sword-text-web sword-text-sparv")
+def test_real_bible_corpus(tmp_path: Path) -> None:
+    datamodule = BibleDataModule(data_dir=str(tmp_path), val_subset=8)
+    datamodule.setup()
+    sizes = {name: len(dataset) for name, dataset in datamodule.datasets.items()}
+    assert sizes["val"] == sizes["test"] == 8 and 20000 < sizes["train"] < 23000
+    lines = (datamodule.corpus_dir() / "train.en").read_text().splitlines()
+    assert len(lines) == sizes["train"] and max(len(line.split()) for line in lines) <= 60

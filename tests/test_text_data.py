@@ -118,3 +118,17 @@ def test_glue_errors(tmp_path: Path, tiny_bert: Path, monkeypatch: pytest.Monkey
     save_glue(tmp_path, "sst2", {"sentence": ["good", "bad"], "label": [1, 5]})
     with pytest.raises(UserError, match=r"labels \[5\] outside"):
         GlueDataModule(task="sst2", tokenizer=str(tiny_bert), data_dir=str(tmp_path)).setup()
+
+
+def test_glue_task_from_parquet_files(tmp_path: Path, tiny_bert: Path) -> None:
+    from datasets import Dataset
+
+    folder = tmp_path / "glue" / "cola"
+    folder.mkdir(parents=True)
+    data = Dataset.from_dict({"sentence": ["the cat is", "cat the is", "a dog"], "label": [1, 0, 1]})
+    data.to_parquet(str(folder / "train-00000-of-00001.parquet"))
+    data.to_parquet(str(folder / "validation-00000-of-00001.parquet"))
+    datamodule = GlueDataModule(task="cola", tokenizer=str(tiny_bert), data_dir=str(tmp_path), max_length=16)
+    datamodule.setup()
+    assert datamodule.model_kwargs()["metrics"] == ["acc", "mcc"]
+    assert datamodule.datasets["train"].encoded["labels"] == [1, 0, 1]
