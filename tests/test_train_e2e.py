@@ -38,3 +38,26 @@ def test_taylor_staged_run_writes_checkpoint_and_summary(tmp_path: Path) -> None
     assert Path(summary["checkpoint"]).is_file()
     assert json.loads((tmp_path / "summary.json").read_text())["target"] == 0.75
     assert (tmp_path / "plots" / "layer_sparsity_stage1.png").is_file()
+
+
+def test_wandb_offline_run_holds_config_metrics_and_chart(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    overrides = (
+        [o for o in TINY_VGG if o != "logger=none"]
+        + PATTERN_OVERRIDES["tw"]
+        + [
+            "logger=wandb",
+            "importance=magnitude",
+            "schedule.dense_epochs=0",
+            "schedule.stages=1",
+            "trainer.limit_train_batches=2",
+            "trainer.limit_val_batches=1",
+        ]
+    )
+    train(compose_config("train", overrides, tmp_path))
+    runs = list((tmp_path / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1
+    charts = list((runs[0] / "files" / "media" / "images" / "sparsity").glob("per_layer_*.png"))
+    assert len(charts) == 1
+    assert list(runs[0].glob("*.wandb"))
