@@ -1,55 +1,19 @@
-// Tile-wise (TW/TEW) sparse GEMM on tensor cores (mma.sync m16n8k16, sm_80+; built for sm_90a).
+// Tile-wise (TW/TEW) sparse GEMM: host planning, the mma.sync path (m16n8k16, sm_80+), the small-M GEMV and
+// the finalize pass. The wgmma path for Hopper lives in tw_gemm_sm90.cu.
 //
 // Every tile is a dense GEMM over its own kept K rows, so one launch covers all tiles: a CTA takes (tile, M block,
 // K split), gathers the tile's kept rows of the feature-major activations xT (K x M) with 16-byte cp.async (each
 // kept row is a contiguous run of M, so the gather is coalesced), streams the tile's dense values, and writes its
 // G output columns through `cols`. Tiles come sorted by kept K, heaviest first, so the block scheduler balances
 // them over the SMs. Small M runs a split-K GEMV that is bound by the weight bytes instead.
-#include "tw_gemm.h"
-
-#include "sm90_wgmma.cuh"
-
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
 #include <algorithm>
 #include <type_traits>
+
+#include "tw_device.cuh"
 
 namespace sparseprune {
 namespace tw {
 namespace {
-
-template <typename T>
-__device__ __forceinline__ float to_float(T v);
-template <>
-__device__ __forceinline__ float to_float<__half>(__half v) { return __half2float(v); }
-template <>
-__device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
-
-template <typename T>
-__device__ __forceinline__ T from_float(float v);
-template <>
-__device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
-
-__device__ __forceinline__ float activate(float v, Activation act) {
-  if (act == Activation::kRelu) return fmaxf(v, 0.0f);
-  if (act == Activation::kGelu) return 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
-  return v;
-}
-
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 16-byte global->shared copy; src_bytes == 0 fills zeros (padding rows, rows past M).
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(src_bytes));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
 __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t* r, const void* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
@@ -88,84 +52,6 @@ __device__ __forceinline__ int swizzle(int row, int chunk) {
   }
 }
 
-// The fp32 workspace follows the output layout, so the finalize pass reads it coalesced: [M x TG] for a
-// row-major y, [TG x M] for a feature-major one (TG = num_tiles * G, positions as in `cols`).
-__device__ __forceinline__ int64_t ws_index(const PackedTile& w, const Problem& p, int64_t m, int64_t pos) {
-  return p.sym == 1 ? pos * p.M + m : m * (static_cast<int64_t>(w.num_tiles) * w.granularity) + pos;
-}
-
-// Bias, TEW residual and activation for output (m, col); x is read through its strides.
-template <typename T>
-__device__ __forceinline__ float finish(float v, int col, int64_t m, const PackedTile& w, const T* x,
-                                        int64_t sxm, int64_t sxk, const T* bias, Activation act) {
-  if (bias != nullptr) v += to_float(bias[col]);
-  if (w.res_ptr != nullptr) {
-    const T* res_vals = static_cast<const T*>(w.res_vals);
-    for (int e = w.res_ptr[col]; e < w.res_ptr[col + 1]; ++e) {
-      v += to_float(x[m * sxm + static_cast<int64_t>(w.res_rows[e]) * sxk]) * to_float(res_vals[e]);
-    }
-  }
-  return activate(v, act);
-}
-
-// Writes a finished fp32 tile (staged in shared memory) through `cols`, applying bias, TEW residual and
-// activation. x is feature-major here: x[k*ldx + m].
-template <typename T, int BM, int BN, int kThreads>
-__device__ __forceinline__ void store_tile(const float* s_c, int ldc, const int* s_cols, const PackedTile& w,
-                                           const Problem& p, int64_t m0, bool feature_major_out) {
-  constexpr int BCH = BN / 8;
-  const int tid = threadIdx.x;
-  const int64_t M = p.M, ldx = p.sxk;
-  const T* x = static_cast<const T*>(p.x);
-  T* y = static_cast<T*>(p.y);
-  const T* bias = static_cast<const T*>(p.bias);
-  if (feature_major_out) {  // y[col*syn + m]: 8 consecutive m per thread, one 16-byte store
-    for (int it = tid; it < (BM / 8) * BN; it += kThreads) {
-      const int n = it % BN, c = it / BN;
-      const int col = s_cols[n];
-      const int64_t mbase = m0 + c * 8;
-      if (col < 0 || mbase >= M) continue;
-      alignas(16) T out[8];
-#pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        out[e] = from_float<T>(finish(s_c[(c * 8 + e) * ldc + n], col, mbase + e, w, x, 1, ldx, bias,
-                                      p.activation));
-      }
-      T* dst = y + static_cast<int64_t>(col) * p.syn + mbase;
-      if (p.y_vec16 && mbase + 8 <= M) {
-        *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(out);
-      } else {
-        for (int e = 0; e < 8 && mbase + e < M; ++e) dst[e] = out[e];
-      }
-    }
-  } else {  // y[m*sym + col]: a run of 8 contiguous, aligned columns goes out as one 16-byte store
-    for (int it = tid; it < BM * BCH; it += kThreads) {
-      const int r = it / BCH, n0 = (it % BCH) * 8;
-      const int64_t m = m0 + r;
-      const int col0 = s_cols[n0];
-      if (col0 < 0 || m >= M) continue;
-      alignas(16) T out[8];
-#pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        const int col = s_cols[n0 + e];
-        out[e] = from_float<T>(col < 0 ? 0.0f
-                                       : finish(s_c[r * ldc + n0 + e], col, m, w, x, 1, ldx, bias,
-                                                p.activation));
-      }
-      T* row = y + m * p.sym;
-      if (p.y_vec16 && col0 % 8 == 0 && s_cols[n0 + 7] == col0 + 7) {
-        *reinterpret_cast<uint4*>(row + col0) = *reinterpret_cast<const uint4*>(out);
-      } else {
-#pragma unroll
-        for (int e = 0; e < 8; ++e) {
-          const int col = s_cols[n0 + e];
-          if (col >= 0) row[static_cast<int64_t>(col) * p.syn] = out[e];
-        }
-      }
-    }
-  }
-}
-
 template <int BM, int BN, int WarpsM, int WarpsN, int Stages>
 struct MmaConfig {
   static constexpr int kBM = BM, kBN = BN, kBK = kKStep, kStages = Stages;
@@ -183,9 +69,9 @@ struct MmaConfig {
 };
 
 // One CTA = (tile, M block, K split) of the tensor-core path; x is feature-major: x[k*ldx + m].
-template <typename T, typename Cfg, bool FeatureMajorOut>
+template <typename T, typename Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads)
-    tw_mma_kernel(PackedTile w, Problem p, int m_blocks, int splits) {
+    tw_mma_kernel(PackedTile w, Problem p, int m_blocks, int splits, bool feature_major_out) {
   constexpr int BM = Cfg::kBM, BN = Cfg::kBN, BK = Cfg::kBK, kStages = Cfg::kStages;
   constexpr int kThreads = Cfg::kThreads, kWarpsN = BN / Cfg::kWN;
   constexpr int MI = Cfg::kMI, NI = Cfg::kNI, ACH = Cfg::kAChunks, BCH = Cfg::kBChunks;
@@ -322,186 +208,7 @@ __global__ void __launch_bounds__(Cfg::kThreads)
   for (int n = tid; n < BN; n += kThreads) s_cols[n] = w.cols[tile * BN + n];
   __syncthreads();
 
-  store_tile<T, BM, BN, kThreads>(s_c, Cfg::kLdc, s_cols, w, p, m0, FeatureMajorOut);
-}
-
-// Hopper path: same (tile, M block, K split) decomposition, operands staged MN-major in 128-byte-swizzled
-// shared memory (x rows gathered as 16-byte cp.async chunks, values streamed), consumed by wgmma of two
-// warpgroups; each warpgroup owns MIWG blocks of 64 rows. Tiles' padded K is a multiple of 32, so the last
-// 64-row step may issue only two of its four k16 MMAs.
-template <int BN, int MIWG, int Stages>
-struct WgmmaConfig {
-  static constexpr int kBM = 128 * MIWG, kBN = BN, kBK = 64, kStages = Stages, kMIWG = MIWG;
-  static constexpr int kThreads = 256;
-  static constexpr int kSlabBytes = kBK * 128;  // 64 M (or N) elements x 64 K rows
-  static constexpr int kAStageBytes = kBM / 64 * kSlabBytes, kBStageBytes = BN / 64 * kSlabBytes;
-  static constexpr int kStageBytes = kAStageBytes + kBStageBytes;
-  static constexpr int kAChunks = kBM / 8, kBChunks = BN / 8;
-  static constexpr int kAIters = kBK * kAChunks / kThreads, kBIters = kBK * kBChunks / kThreads;
-  static constexpr int kLdc = BN + 8;
-  static constexpr int kPipeBytes = Stages * kStageBytes;
-  static constexpr int kEpiBytes = kBM * kLdc * 4 + BN * 4;
-  static constexpr int kSmemBytes = (kPipeBytes > kEpiBytes ? kPipeBytes : kEpiBytes) + 1024;  // + alignment
-  static_assert(BN % 64 == 0, "wgmma path covers G = 64 and 128");
-};
-
-// Byte offset of 16-byte chunk `chunk` (8 elements along M/N) of K row `k` in a stage of 64-wide slabs.
-__device__ __forceinline__ int slab_offset(int k, int chunk, int slab_bytes) {
-  return (chunk >> 3) * slab_bytes + (k >> 3) * 1024 + (k & 7) * 128 + (((chunk & 7) ^ (k & 7)) << 4);
-}
-
-#ifdef SPARSEPRUNE_WGMMA
-template <typename T, typename Cfg, int K16Steps>
-__device__ __forceinline__ void issue_wgmma_step(float (&acc)[Cfg::kMIWG][Cfg::kBN / 2], uint32_t sa, uint32_t sb,
-                                                 int wg) {
-#pragma unroll
-  for (int kk = 0; kk < K16Steps; ++kk) {
-    const uint64_t desc_b = wgmma_desc(sb + kk * 2048, Cfg::kSlabBytes, 1024);
-#pragma unroll
-    for (int i = 0; i < Cfg::kMIWG; ++i) {
-      const uint32_t a_addr = sa + (wg * Cfg::kMIWG + i) * Cfg::kSlabBytes + kk * 2048;
-      wgmma_mn_major<Cfg::kBN, T>(acc[i], wgmma_desc(a_addr, Cfg::kSlabBytes, 1024), desc_b);
-    }
-  }
-}
-#endif
-
-template <typename T, typename Cfg>
-__global__ void __launch_bounds__(256, 1)
-    tw_wgmma_kernel(PackedTile w, Problem p, int m_blocks, int splits, bool feature_major_out) {
-#ifdef SPARSEPRUNE_WGMMA
-  constexpr int BM = Cfg::kBM, BN = Cfg::kBN, BK = Cfg::kBK, kStages = Cfg::kStages, MIWG = Cfg::kMIWG;
-  constexpr int ACH = Cfg::kAChunks, BCH = Cfg::kBChunks, kThreads = Cfg::kThreads, NACC = BN / 2;
-  extern __shared__ unsigned char smem_raw[];
-  // 128-byte swizzle atoms must sit on 1024-byte boundaries.
-  unsigned char* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
-
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2;
-  const int mb = blockIdx.x % m_blocks;
-  const int rest = blockIdx.x / m_blocks;
-  const int split = rest % splits, tile = rest / splits;
-  const T* x = static_cast<const T*>(p.x);
-  const T* vals = static_cast<const T*>(w.values);
-  const int64_t ldx = p.sxk, M = p.M, m0 = static_cast<int64_t>(mb) * BM;
-  const int p0 = w.tile_ptr[tile], p_end = w.tile_ptr[tile + 1];
-  const int ksteps = (p_end - p0 + BK - 1) / BK;
-  const int per_split = (ksteps + splits - 1) / splits;
-  const int s0 = split * per_split, s1 = min(ksteps, s0 + per_split);
-  if (splits > 1 && s0 >= s1) return;
-
-  int row_idx[Cfg::kAIters];
-  auto fetch_rows = [&](int ks) {
-#pragma unroll
-    for (int j = 0; j < Cfg::kAIters; ++j) {
-      const int kg = p0 + ks * BK + (tid + j * kThreads) / ACH;
-      row_idx[j] = ks < s1 && kg < p_end ? w.rows[kg] : -1;
-    }
-  };
-  auto load_stage = [&](int stage, int ks) {
-    unsigned char* sa = smem + stage * Cfg::kStageBytes;
-    unsigned char* sb = sa + Cfg::kAStageBytes;
-#pragma unroll
-    for (int j = 0; j < Cfg::kAIters; ++j) {
-      const int i = tid + j * kThreads, r = i / ACH, c = i % ACH;
-      const int64_t m = m0 + c * 8;
-      const bool ok = row_idx[j] >= 0 && m < M;
-      const T* src = ok ? x + static_cast<int64_t>(row_idx[j]) * ldx + m : x;
-      cp_async16(sa + slab_offset(r, c, Cfg::kSlabBytes), src, ok ? 16 : 0);
-    }
-#pragma unroll
-    for (int j = 0; j < Cfg::kBIters; ++j) {
-      const int i = tid + j * kThreads, r = i / BCH, c = i % BCH;
-      const int kg = p0 + ks * BK + r;
-      const bool ok = kg < p_end;
-      const T* src = ok ? vals + static_cast<int64_t>(kg) * BN + c * 8 : vals;
-      cp_async16(sb + slab_offset(r, c, Cfg::kSlabBytes), src, ok ? 16 : 0);
-    }
-  };
-
-  float acc[MIWG][NACC];
-#pragma unroll
-  for (int i = 0; i < MIWG; ++i)
-#pragma unroll
-    for (int e = 0; e < NACC; ++e) acc[i][e] = 0.0f;
-
-#pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
-    if (s0 + s < s1) {
-      fetch_rows(s0 + s);
-      load_stage(s, s0 + s);
-    }
-    cp_async_commit();
-  }
-  fetch_rows(s0 + kStages - 1);
-
-  const uint32_t smem_base = smem_addr(smem);
-  for (int ks = s0; ks < s1; ++ks) {
-    cp_async_wait<kStages - 2>();
-    fence_proxy_async();  // cp.async wrote through the generic proxy; wgmma reads through the async proxy
-    __syncthreads();
-    const uint32_t sa = smem_base + ((ks - s0) % kStages) * Cfg::kStageBytes;
-    const uint32_t sb = sa + Cfg::kAStageBytes;
-    const int k16_steps = min(BK, p_end - (p0 + ks * BK)) / 16;
-#pragma unroll
-    for (int i = 0; i < MIWG; ++i)
-#pragma unroll
-      for (int e = 0; e < NACC; ++e) wgmma_fence_operand(acc[i][e]);
-    wgmma_fence();
-    // Straight-line MMA sequences (a full step, or the half step a 32-padded tile can end with) let the
-    // compiler chain the wgmmas without extra register fences.
-    if (k16_steps == BK / 16) {
-      issue_wgmma_step<T, Cfg, BK / 16>(acc, sa, sb, wg);
-    } else {
-      issue_wgmma_step<T, Cfg, BK / 32>(acc, sa, sb, wg);
-    }
-    wgmma_commit();
-#pragma unroll
-    for (int i = 0; i < MIWG; ++i)
-#pragma unroll
-      for (int e = 0; e < NACC; ++e) wgmma_fence_operand(acc[i][e]);
-    wgmma_wait<1>();  // the previous step's MMAs are done: its stage may be refilled once all threads agree
-    __syncthreads();
-    const int kn = ks + kStages - 1;
-    if (kn < s1) load_stage((kn - s0) % kStages, kn);
-    cp_async_commit();
-    fetch_rows(kn + 1);
-  }
-  wgmma_wait<0>();
-#pragma unroll
-  for (int i = 0; i < MIWG; ++i)
-#pragma unroll
-    for (int e = 0; e < NACC; ++e) wgmma_fence_operand(acc[i][e]);
-  cp_async_wait<0>();
-
-  const int g = lane >> 2, t4 = lane & 3, wq = warp & 3;
-  if (splits > 1) {
-#pragma unroll
-    for (int i = 0; i < MIWG; ++i)
-#pragma unroll
-      for (int e = 0; e < NACC; ++e) {
-        const int64_t m = m0 + (wg * MIWG + i) * 64 + wq * 16 + g + ((e >> 1) & 1) * 8;
-        const int n = (e >> 2) * 8 + 2 * t4 + (e & 1);
-        if (m < M) atomicAdd(p.workspace + ws_index(w, p, m, static_cast<int64_t>(tile) * BN + n), acc[i][e]);
-      }
-    return;
-  }
-  __syncthreads();
-  float* s_c = reinterpret_cast<float*>(smem);
-  int* s_cols = reinterpret_cast<int*>(s_c + BM * Cfg::kLdc);
-#pragma unroll
-  for (int i = 0; i < MIWG; ++i)
-#pragma unroll
-    for (int j = 0; j < BN / 8; ++j) {
-      const int r = (wg * MIWG + i) * 64 + wq * 16 + g, n = j * 8 + 2 * t4;
-      *reinterpret_cast<float2*>(s_c + r * Cfg::kLdc + n) = make_float2(acc[i][4 * j], acc[i][4 * j + 1]);
-      *reinterpret_cast<float2*>(s_c + (r + 8) * Cfg::kLdc + n) = make_float2(acc[i][4 * j + 2], acc[i][4 * j + 3]);
-    }
-  for (int n = tid; n < BN; n += kThreads) s_cols[n] = w.cols[tile * BN + n];
-  __syncthreads();
   store_tile<T, BM, BN, kThreads>(s_c, Cfg::kLdc, s_cols, w, p, m0, feature_major_out);
-#else
-  __trap();  // built without sm_90a: the host never selects this kernel (see wgmma_available)
-#endif
 }
 
 // Small M: CTA = (tile, K chunk); each thread streams value vectors of kept rows (Cols columns: 16 bytes, or
@@ -624,23 +331,17 @@ __global__ void transpose_kernel(const T* __restrict__ x, T* __restrict__ xt, in
   }
 }
 
-const char* check_launch() {
-  const cudaError_t err = cudaGetLastError();
-  return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
-}
-
-int cdiv(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }
-
-template <typename T, typename Cfg, bool FeatureMajorOut>
+template <typename T, typename Cfg>
 const char* run_mma(const PackedTile& w, const Problem& p, int splits) {
-  auto kernel = tw_mma_kernel<T, Cfg, FeatureMajorOut>;
+  auto kernel = tw_mma_kernel<T, Cfg>;
   // Raising the shared-memory limit once per process keeps the per-call host cost down.
   static const cudaError_t attr_err =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
   if (attr_err != cudaSuccess) return cudaGetErrorString(attr_err);
   const int m_blocks = cdiv(p.M, Cfg::kBM);
   const int64_t ctas = static_cast<int64_t>(w.num_tiles) * m_blocks * splits;
-  kernel<<<static_cast<unsigned>(ctas), Cfg::kThreads, Cfg::kSmemBytes, p.stream>>>(w, p, m_blocks, splits);
+  kernel<<<static_cast<unsigned>(ctas), Cfg::kThreads, Cfg::kSmemBytes, p.stream>>>(w, p, m_blocks, splits,
+                                                                                    p.sym == 1);
   return check_launch();
 }
 
@@ -651,12 +352,12 @@ using Cfg32 = MmaConfig<256, 32, 8, 1, 4>;
 
 int block_m(int G) { return G == 128 ? Cfg128::kBM : (G == 64 ? Cfg64::kBM : Cfg32::kBM); }
 
-template <typename T, bool FeatureMajorOut>
+template <typename T>
 const char* dispatch_mma(const PackedTile& w, const Problem& p, int splits) {
   switch (w.granularity) {
-    case 128: return run_mma<T, Cfg128, FeatureMajorOut>(w, p, splits);
-    case 64: return run_mma<T, Cfg64, FeatureMajorOut>(w, p, splits);
-    case 32: return run_mma<T, Cfg32, FeatureMajorOut>(w, p, splits);
+    case 128: return run_mma<T, Cfg128>(w, p, splits);
+    case 64: return run_mma<T, Cfg64>(w, p, splits);
+    case 32: return run_mma<T, Cfg32>(w, p, splits);
     default: return "granularity must be 32, 64 or 128";
   }
 }
@@ -696,25 +397,6 @@ const char* run_finalize(const PackedTile& w, const Problem& p, bool all_columns
   return check_launch();
 }
 
-// CTA tiles of the Hopper path: 256 rows when there are enough CTAs to fill the GPU twice, else 128.
-using Wg128x256 = WgmmaConfig<128, 2, 4>;
-using Wg128x128 = WgmmaConfig<128, 1, 4>;
-using Wg64x256 = WgmmaConfig<64, 2, 4>;
-using Wg64x128 = WgmmaConfig<64, 1, 4>;
-
-// True when the wgmma kernels hold sm_90a machine code that this (Hopper) device runs.
-bool wgmma_available() {
-  static const bool available = [] {  // per process: one GPU architecture assumed
-    cudaFuncAttributes attr{};
-    if (cudaFuncGetAttributes(&attr, tw_wgmma_kernel<__half, Wg128x128>) != cudaSuccess) {
-      cudaGetLastError();
-      return false;
-    }
-    return attr.binaryVersion >= 90;
-  }();
-  return available;
-}
-
 int splits_for(const PackedTile& w, const Problem& p, int bm) {
   // Split K only when the CTAs would fill less than half the GPU: a second wave costs as much as the
   // atomics and the finalize pass that splitting adds.
@@ -722,28 +404,6 @@ int splits_for(const PackedTile& w, const Problem& p, int bm) {
   if (2 * ctas > p.num_sms) return 1;
   const int max_splits = std::max(1, w.max_tile_k / (2 * kKStep));  // at least 2 K steps per split
   return static_cast<int>(std::min<int64_t>(max_splits, p.num_sms / ctas));
-}
-
-template <typename T, typename Cfg>
-const char* run_wgmma(const PackedTile& w, const Problem& p, int splits) {
-  auto kernel = tw_wgmma_kernel<T, Cfg>;
-  static const cudaError_t attr_err =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
-  if (attr_err != cudaSuccess) return cudaGetErrorString(attr_err);
-  const int m_blocks = cdiv(p.M, Cfg::kBM);
-  const int64_t ctas = static_cast<int64_t>(w.num_tiles) * m_blocks * splits;
-  kernel<<<static_cast<unsigned>(ctas), Cfg::kThreads, Cfg::kSmemBytes, p.stream>>>(w, p, m_blocks, splits,
-                                                                                    p.sym == 1);
-  return check_launch();
-}
-
-template <typename T>
-const char* dispatch_wgmma(const PackedTile& w, const Problem& p, const Plan& plan) {
-  if (w.granularity == 128) {
-    return plan.block_m == 256 ? run_wgmma<T, Wg128x256>(w, p, plan.splits)
-                               : run_wgmma<T, Wg128x128>(w, p, plan.splits);
-  }
-  return plan.block_m == 256 ? run_wgmma<T, Wg64x256>(w, p, plan.splits) : run_wgmma<T, Wg64x128>(w, p, plan.splits);
 }
 
 template <typename T>
@@ -757,10 +417,10 @@ const char* run(const PackedTile& w, const Problem& p) {
       e = dispatch_gemv<T>(w, p);
       break;
     case Path::kWgmma:
-      e = dispatch_wgmma<T>(w, p, plan);
+      e = launch_wgmma(w, p, plan);
       break;
     case Path::kMmaSync:
-      e = p.sym == 1 ? dispatch_mma<T, true>(w, p, plan.splits) : dispatch_mma<T, false>(w, p, plan.splits);
+      e = dispatch_mma<T>(w, p, plan.splits);
       break;
     default:
       return "the requested TW kernel path is unavailable (wgmma needs an sm_90a build, a Hopper GPU and G 64/128)";
