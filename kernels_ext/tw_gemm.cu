@@ -217,7 +217,7 @@ __global__ void __launch_bounds__(Cfg::kThreads)
 template <typename T, int MaxM, int Cols>
 __global__ void __launch_bounds__(256) tw_gemv_kernel(PackedTile w, Problem p, int k_chunk) {
   using Vec = std::conditional_t<Cols == 8, uint4, uint2>;
-  __shared__ float s_red[MaxM][128];
+  constexpr int kWarps = 256 / 32;
   const int G = w.granularity, lanes_per_row = G / Cols, rows_par = 256 / lanes_per_row;
   const int tile = blockIdx.x;
   const int p0 = w.tile_ptr[tile], kt = w.tile_ptr[tile + 1] - p0;
@@ -225,8 +225,6 @@ __global__ void __launch_bounds__(256) tw_gemv_kernel(PackedTile w, Problem p, i
   if (kb >= kt) return;
   const int ke = min(kt, kb + k_chunk);
   const int tid = threadIdx.x, c = tid % lanes_per_row;
-  for (int i = tid; i < MaxM * 128; i += 256) (&s_red[0][0])[i] = 0.0f;
-  __syncthreads();
 
   const T* x = static_cast<const T*>(p.x);
   const T* vals = static_cast<const T*>(w.values);
@@ -260,7 +258,8 @@ __global__ void __launch_bounds__(256) tw_gemv_kernel(PackedTile w, Problem p, i
       }
     }
   }
-  // Lanes that share a column group first reduce with shuffles, then once per warp in shared memory.
+  // Lanes sharing a column group reduce with shuffles; the 8 warps' partials then meet in shared memory, one
+  // row of M at a time (no shared-memory atomics: 8 warps contending on the same addresses serialise them).
 #pragma unroll
   for (int m = 0; m < MaxM; ++m)
 #pragma unroll
@@ -269,15 +268,23 @@ __global__ void __launch_bounds__(256) tw_gemv_kernel(PackedTile w, Problem p, i
       for (int off = lanes_per_row; off < 32; off <<= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
       acc[m][e] = s;
     }
-  if ((tid & 31) < lanes_per_row) {
-    for (int m = 0; m < MaxM && m < M; ++m)
+  __shared__ float s_part[kWarps][128];
+  const int warp = tid >> 5, lane = tid & 31;
 #pragma unroll
-      for (int e = 0; e < Cols; ++e) atomicAdd(&s_red[m][c * Cols + e], acc[m][e]);
-  }
-  __syncthreads();
-  for (int i = tid; i < M * G; i += 256) {
-    const int m = i / G, n = i % G;
-    atomicAdd(p.workspace + ws_index(w, p, m, static_cast<int64_t>(tile) * G + n), s_red[m][n]);
+  for (int m = 0; m < MaxM; ++m) {
+    if (m >= M) break;
+    if (lane < lanes_per_row) {
+#pragma unroll
+      for (int e = 0; e < Cols; ++e) s_part[warp][c * Cols + e] = acc[m][e];
+    }
+    __syncthreads();
+    if (tid < G) {
+      float s = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kWarps; ++i) s += s_part[i][tid];
+      atomicAdd(p.workspace + ws_index(w, p, m, static_cast<int64_t>(tile) * G + tid), s);
+    }
+    __syncthreads();
   }
 }
 
