@@ -226,7 +226,6 @@ def run_case(
     if profile_kernels:
         row["profile_fm"] = kernel_profile(lambda: packed.matmul_feature_major(xt))
         row["profile_row_major"] = kernel_profile(lambda: packed.matmul(x))
-        log.info("  kernels fm: %s\n  kernels row-major: %s", row["profile_fm"], row["profile_row_major"])
     if sparsity == 0.5:
         fn, why = semi_structured_24(x, b)
         if fn is None:
@@ -279,6 +278,8 @@ def main() -> None:
                     row["rel_err"],
                     f"{row['speedup_fm']:.2f}" if "speedup_fm" in row else "-",
                 )
+                if "profile_fm" in row:
+                    log.info("  kernels fm: %s\n  kernels row-major: %s", row["profile_fm"], row["profile_row_major"])
         if args.out:  # after every shape, so a run cut short still leaves its finished cases
             write_results(args.out, rows, columns, _notes(rows, args.dtype))
     failed = [r for r in rows if not r["passed"]]
