@@ -147,7 +147,8 @@ at::Tensor tw_matmul(const at::Tensor& x, const at::Tensor& values, const at::Te
   }
   at::Tensor workspace;
   if (tw::needs_workspace(w, p)) {
-    workspace = at::zeros({M, num_tiles * granularity}, opts.dtype(at::kFloat));
+    // Flat fp32 buffer; the kernels index it in the output's layout (see ws_index in tw_device.cuh).
+    workspace = at::zeros({M * num_tiles * granularity}, opts.dtype(at::kFloat));
     p.workspace = workspace.data_ptr<float>();
   }
   const char* err = tw::launch_tw_matmul(w, p);

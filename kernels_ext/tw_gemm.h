@@ -1,5 +1,5 @@
-// Tile-wise (TW/TEW) sparse GEMM: host-side launch interface shared by the torch binding and the CUDA file.
-// Kept free of torch headers so the .cu compiles fast; the binding validates everything before calling here.
+// Tile-wise (TW/TEW) sparse GEMM: host-side launch interface shared by the torch binding and the CUDA files.
+// Kept free of torch headers so the .cu files compile fast; the binding validates everything before calling here.
 #pragma once
 
 #include <cstdint>
@@ -46,7 +46,7 @@ struct Problem {
   Activation activation;
   DType dtype;
   bool y_vec16;     // y base is 16-byte aligned and the contiguous stride is a multiple of 8 elements
-  float* workspace; // zeroed fp32 [M x num_tiles*G] when needs_workspace() says so, else unused
+  float* workspace; // zeroed fp32, M * num_tiles * G entries, when needs_workspace() says so, else unused
   int num_sms;
   Path path;  // kAuto, or kMmaSync / kWgmma to force a tensor-core kernel (tests and benchmarks)
   cudaStream_t stream;
@@ -62,6 +62,7 @@ struct Plan {
 constexpr int kKStep = 32;  // kept K of every tile is padded to a multiple of this
 constexpr int kSmallM = 16; // M up to this runs the split-K GEMV path (memory bound)
 
+// Kernel family, CTA rows and K splits for this call (also what needs_workspace() decides from).
 Plan make_plan(const PackedTile& w, const Problem& p);
 // True when the launch needs the zeroed fp32 workspace.
 bool needs_workspace(const PackedTile& w, const Problem& p);
