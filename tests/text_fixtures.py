@@ -6,6 +6,7 @@ Layer sizes (hidden 128, FFN 256, LSTM N = 4H = 128) fit every pattern's default
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 WORDS = [
@@ -35,12 +36,15 @@ SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
 def make_tiny_bert(directory: Path, max_positions: int = 32, extra_tokenizer_words: int = 0) -> Path:
     """Save a 2-layer, hidden-128 BERT and a matching tokenizer; `extra_tokenizer_words` makes them disagree."""
-    from transformers import BertConfig, BertModel, BertTokenizer
+    from transformers import BertConfig, BertModel
 
     words = SPECIALS + WORDS
     tokenizer_words = words + [f"extra{i}" for i in range(extra_tokenizer_words)]
-    tokenizer = BertTokenizer(vocab={w: i for i, w in enumerate(tokenizer_words)}, model_max_length=max_positions)
-    tokenizer.save_pretrained(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    # The classic vocab.txt layout, which every transformers version reads.
+    (directory / "vocab.txt").write_text("\n".join(tokenizer_words) + "\n")
+    tokenizer_config = {"tokenizer_class": "BertTokenizer", "do_lower_case": True, "model_max_length": max_positions}
+    (directory / "tokenizer_config.json").write_text(json.dumps(tokenizer_config))
     config = BertConfig(
         vocab_size=len(words),
         hidden_size=128,
