@@ -11,10 +11,10 @@ import logging
 from pathlib import Path
 from typing import Any
 
-import lightning as L
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset
 
+from sparseprune.data.split_loaders import SplitLoadersDataModule
 from sparseprune.data.vocab import Vocab
 from sparseprune.errors import UserError
 
@@ -46,7 +46,7 @@ class PairDataset(Dataset):
         return self.src[index], self.tgt[index], self.references[index]
 
 
-class ParallelTextDataModule(L.LightningDataModule):
+class ParallelTextDataModule(SplitLoadersDataModule):
     """Sentence pairs from a directory in the IWSLT layout; training pairs are truncated to `max_length` words."""
 
     missing_hint = "Put the IWSLT'15 files (train / tst2012 / tst2013 .en/.vi and vocab.en/.vi) there."
@@ -143,23 +143,3 @@ class ParallelTextDataModule(L.LightningDataModule):
             tgt_in[row, : len(t) + 1] = torch.tensor([Vocab.bos_id, *t], dtype=torch.long)
             tgt_out[row, : len(t) + 1] = torch.tensor([*t, Vocab.eos_id], dtype=torch.long)
         return {"src": src, "tgt_in": tgt_in, "tgt_out": tgt_out, "references": [r for _, _, r in examples]}
-
-    def _loader(self, split: str, shuffle: bool) -> DataLoader:
-        self.setup()
-        return DataLoader(
-            self.datasets[split],
-            batch_size=self.batch_size,
-            shuffle=shuffle,
-            num_workers=self.num_workers,
-            collate_fn=self.collate,
-            persistent_workers=self.num_workers > 0,
-        )
-
-    def train_dataloader(self) -> DataLoader:
-        return self._loader("train", shuffle=True)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader("val", shuffle=False)
-
-    def test_dataloader(self) -> DataLoader:
-        return self._loader("test", shuffle=False)

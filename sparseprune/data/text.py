@@ -15,10 +15,10 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-import lightning as L
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset
 
+from sparseprune.data.split_loaders import SplitLoadersDataModule
 from sparseprune.errors import UserError
 from sparseprune.pretrained import load_tokenizer
 
@@ -49,7 +49,7 @@ class EncodedDataset(Dataset):
         return {key: values[index] for key, values in self.encoded.items()}
 
 
-class TextClassificationDataModule(L.LightningDataModule):
+class TextClassificationDataModule(SplitLoadersDataModule):
     """Base of the text classification datasets; `model_kwargs` tells the classifier what it needs."""
 
     label_names: tuple[str, ...] = ()
@@ -184,23 +184,3 @@ class TextClassificationDataModule(L.LightningDataModule):
             "token_type_ids": token_type_ids,
             "labels": labels,
         }
-
-    def _loader(self, name: str, shuffle: bool) -> DataLoader:
-        self.setup()
-        return DataLoader(
-            self.datasets[name],
-            batch_size=self.batch_size,
-            shuffle=shuffle,
-            num_workers=self.num_workers,
-            collate_fn=self.collate,
-            persistent_workers=self.num_workers > 0,
-        )
-
-    def train_dataloader(self) -> DataLoader:
-        return self._loader("train", shuffle=True)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader("val", shuffle=False)
-
-    def test_dataloader(self) -> DataLoader:
-        return self._loader("test", shuffle=False)
