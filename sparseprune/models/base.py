@@ -17,16 +17,18 @@ import torch
 class PrunableTask(L.LightningModule):
     """Base of every task module: optimizer wiring and the two hooks the pruning callback uses."""
 
+    default_prune_exclude: tuple[str, ...] = ()  # weights left dense when the config says prune_exclude: null
+
     def __init__(
         self,
         optimizer: Any = None,
         scheduler: Any = None,
-        prune_exclude: Sequence[str] = (),
+        prune_exclude: Sequence[str] | None = None,
     ) -> None:
         super().__init__()
         self.optimizer_factory = optimizer
         self.scheduler_factory = scheduler
-        self.prune_exclude = list(prune_exclude)
+        self.prune_exclude = list(self.default_prune_exclude if prune_exclude is None else prune_exclude)
         self.run_config: dict[str, Any] | None = None  # the resolved Hydra config, set by train.py
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:

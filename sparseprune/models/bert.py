@@ -54,6 +54,7 @@ class TextClassifier(PrunableTask):
     """Fine-tunes a pretrained BERT on a sentence (pair) classification task; `val/acc` is the stage metric."""
 
     monitor = "val/acc"
+    default_prune_exclude = DENSE_BY_DEFAULT
 
     def __init__(
         self,
@@ -67,8 +68,7 @@ class TextClassifier(PrunableTask):
         scheduler: Any = None,
         prune_exclude: Sequence[str] | None = None,
     ) -> None:
-        exclude = DENSE_BY_DEFAULT if prune_exclude is None else prune_exclude
-        super().__init__(optimizer=optimizer, scheduler=scheduler, prune_exclude=exclude)
+        super().__init__(optimizer=optimizer, scheduler=scheduler, prune_exclude=prune_exclude)
         self.save_hyperparameters(ignore=["optimizer", "scheduler"])
         self.model = load_bert(pretrained, num_labels, dropout)
         config = self.model.config

@@ -36,7 +36,7 @@ class ImageClassifier(PrunableTask):
         prune_exclude: Sequence[str] | None = None,
         label_smoothing: float = 0.0,
     ) -> None:
-        super().__init__(optimizer=optimizer, scheduler=scheduler, prune_exclude=prune_exclude or ())
+        super().__init__(optimizer=optimizer, scheduler=scheduler, prune_exclude=prune_exclude)
         # Optimizer partials are not data; checkpoints rebuild the network from the rest.
         self.save_hyperparameters(ignore=["optimizer", "scheduler"])
         if not 0.0 <= label_smoothing < 1.0:

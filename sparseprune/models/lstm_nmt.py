@@ -30,6 +30,7 @@ class TranslationTask(PrunableTask):
     """Attention encoder-decoder trained with cross entropy; `val/bleu` is the stage metric."""
 
     monitor = "val/bleu"
+    default_prune_exclude = DENSE_BY_DEFAULT
 
     def __init__(
         self,
@@ -51,8 +52,7 @@ class TranslationTask(PrunableTask):
         scheduler: Any = None,
         prune_exclude: Sequence[str] | None = None,
     ) -> None:
-        exclude = DENSE_BY_DEFAULT if prune_exclude is None else prune_exclude
-        super().__init__(optimizer=optimizer, scheduler=scheduler, prune_exclude=exclude)
+        super().__init__(optimizer=optimizer, scheduler=scheduler, prune_exclude=prune_exclude)
         self.save_hyperparameters(ignore=["optimizer", "scheduler"])
         if hidden_size < 1 or num_layers < 1:
             raise UserError(f"hidden_size and num_layers must be positive, got {hidden_size}, {num_layers}")
