@@ -17,7 +17,7 @@ log = logging.getLogger("sparseprune")
 Result = TypeVar("Result")
 
 
-def _user_error_in(error: BaseException) -> UserError | None:
+def user_error_in(error: BaseException) -> UserError | None:
     """Hydra wraps constructor errors; find a UserError anywhere in the cause chain."""
     while error is not None:
         if isinstance(error, UserError):
@@ -37,7 +37,7 @@ def exit_on_user_error(main: Callable[..., Result]) -> Callable[..., Result]:
             print(f"error: {error.full_key} is required: add {error.full_key}=... to the command line", file=sys.stderr)
             sys.exit(2)
         except (UserError, InstantiationException) as error:
-            user_error = _user_error_in(error)
+            user_error = user_error_in(error)
             if user_error is None:
                 raise
             print(f"error: {user_error}", file=sys.stderr)

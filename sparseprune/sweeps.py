@@ -1,0 +1,110 @@
+"""W&B sweep files (conf/sweep/*.yaml): read, check against the real config, expand into runs.
+
+A sweep is refused before any run starts when a parameter is not a config key or a value is out of range:
+every grid point (and both ends of every distribution) is composed with Hydra and passed through the same
+validators train.py uses, so the error names the key exactly as a run would.
+
+    python -m sparseprune.sweeps conf/sweep/patterns.yaml    # check it and list its runs
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+from pathlib import Path
+from typing import Any
+
+import yaml
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.errors import HydraException, InstantiationException
+from hydra.utils import instantiate
+
+from sparseprune.cli import user_error_in
+from sparseprune.errors import UserError
+
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+METHODS = ("grid", "random", "bayes")
+DISTRIBUTIONS = ("uniform", "log_uniform_values", "int_uniform", "q_uniform", "normal")
+
+
+def load_sweep(path: Path) -> dict[str, Any]:
+    try:
+        sweep = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as error:
+        raise UserError(f"cannot read sweep file {path}: {error}") from None
+    if not isinstance(sweep, dict) or not isinstance(sweep.get("parameters"), dict):
+        raise UserError(f"sweep file {path} needs a `parameters` mapping")
+    if sweep.get("method") not in METHODS:
+        raise UserError(f"sweep file {path}: method must be one of {list(METHODS)}, got {sweep.get('method')!r}")
+    if "${args_no_hyphens}" not in (sweep.get("command") or []):
+        raise UserError(f"sweep file {path}: command must pass Hydra overrides with ${{args_no_hyphens}}")
+    return sweep
+
+
+def _choices(key: str, spec: Any) -> list[Any]:
+    """Values to check for one parameter: its value(s), or both ends of its distribution."""
+    if not isinstance(spec, dict):
+        raise UserError(f"sweep parameter {key}: expected a mapping with value, values or distribution")
+    if "value" in spec:
+        return [spec["value"]]
+    if "values" in spec and spec["values"]:
+        return list(spec["values"])
+    if spec.get("distribution") in DISTRIBUTIONS and "min" in spec and "max" in spec:
+        if spec["min"] > spec["max"]:
+            raise UserError(f"sweep parameter {key}: min {spec['min']} is above max {spec['max']}")
+        return [spec["min"], spec["max"]]
+    raise UserError(f"sweep parameter {key}: needs value, values, or a known distribution with min and max")
+
+
+def grid_runs(sweep: dict[str, Any]) -> list[list[str]]:
+    """Hydra overrides of every run a grid sweep makes (for other methods: every checked corner)."""
+    keys = list(sweep["parameters"])
+    options = [_choices(key, sweep["parameters"][key]) for key in keys]
+    return [
+        [f"{k}={_override_value(v)}" for k, v in zip(keys, combo, strict=True)] for combo in itertools.product(*options)
+    ]
+
+
+def _override_value(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def check_run(overrides: list[str]) -> None:
+    """Compose one run's config and build its pruning callback (pattern, schedule, importance, and their
+    agreement, exactly as train.py would); any problem names the key."""
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            cfg = compose(config_name="train", overrides=overrides)
+    except HydraException as error:
+        raise UserError(f"sweep run {' '.join(overrides)}: {str(error).splitlines()[0]}") from None
+    try:
+        instantiate(cfg.callbacks.staged_pruning)
+    except (UserError, InstantiationException) as error:
+        error = user_error_in(error) or error
+        raise UserError(f"sweep run {' '.join(overrides)}: {error}") from None
+
+
+def check_sweep(path: Path) -> list[list[str]]:
+    sweep = load_sweep(path)
+    runs = grid_runs(sweep)
+    for overrides in runs:
+        check_run(overrides)
+    return runs
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Check a W&B sweep file against the config and list its runs.")
+    parser.add_argument("sweep", type=Path)
+    args = parser.parse_args()
+    try:
+        runs = check_sweep(args.sweep)
+    except UserError as error:
+        raise SystemExit(f"error: {error}") from None
+    for overrides in runs:
+        print("python train.py " + " ".join(overrides))
+
+
+if __name__ == "__main__":
+    main()

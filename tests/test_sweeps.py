@@ -1,0 +1,68 @@
+"""Every W&B sweep file parses and every run it makes composes; bad sweeps are refused, naming the key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sparseprune.errors import UserError
+from sparseprune.sweeps import CONF_DIR, check_sweep, grid_runs, load_sweep
+
+SWEEPS = sorted((CONF_DIR / "sweep").glob("*.yaml"))
+
+
+def test_there_are_sweep_files() -> None:
+    assert {p.stem for p in SWEEPS} >= {"patterns", "tw_granularity", "tew_random"}
+
+
+@pytest.mark.parametrize("path", SWEEPS, ids=lambda p: p.stem)
+def test_sweep_file_runs_compose(path: Path) -> None:
+    runs = check_sweep(path)
+    sweep = load_sweep(path)
+    assert runs and all(len(run) == len(sweep["parameters"]) for run in runs)
+
+
+def test_grid_is_the_cross_product() -> None:
+    sweep = {"parameters": {"pattern": {"values": ["ew", "tw"]}, "schedule.target": {"values": [0.5, 0.9]}}}
+    assert grid_runs(sweep) == [
+        ["pattern=ew", "schedule.target=0.5"],
+        ["pattern=ew", "schedule.target=0.9"],
+        ["pattern=tw", "schedule.target=0.5"],
+        ["pattern=tw", "schedule.target=0.9"],
+    ]
+
+
+def write_sweep(tmp_path: Path, parameters: dict, method: str = "grid") -> Path:
+    path = tmp_path / "sweep.yaml"
+    command = ["${env}", "python", "${program}", "${args_no_hyphens}"]
+    path.write_text(
+        yaml.safe_dump({"program": "train.py", "method": method, "parameters": parameters, "command": command})
+    )
+    return path
+
+
+@pytest.mark.parametrize(
+    ("parameters", "message"),
+    [
+        ({"schedule.tarrget": {"values": [0.5]}}, "schedule.tarrget"),
+        ({"schedule.target": {"values": [0.5, 1.2]}}, "sparsity must lie in [0, 1), got 1.2"),
+        ({"pattern": {"value": "tew"}, "pattern.delta": {"distribution": "uniform", "min": 0.0, "max": 1.5}}, "delta"),
+        ({"pattern": {"value": "nm"}, "schedule.target": {"value": 0.5}}, "fixes sparsity at 0.75"),
+        ({"pattern.granularity": {"distribution": "uniform", "min": 64, "max": 32}}, "min 64 is above max 32"),
+        ({"pattern": {"values": []}}, "needs value, values"),
+    ],
+)
+def test_bad_sweeps_are_refused_naming_the_key(tmp_path: Path, parameters: dict, message: str) -> None:
+    with pytest.raises(UserError, match=message.replace("[", r"\[").replace(")", r"\)").replace("(", r"\(")):
+        check_sweep(write_sweep(tmp_path, parameters))
+
+
+def test_sweep_must_pass_overrides_and_use_a_known_method(tmp_path: Path) -> None:
+    path = write_sweep(tmp_path, {"pattern": {"value": "ew"}}, method="hyperband")
+    with pytest.raises(UserError, match="method"):
+        load_sweep(path)
+    path.write_text(yaml.safe_dump({"method": "grid", "parameters": {"pattern": {"value": "ew"}}, "command": ["x"]}))
+    with pytest.raises(UserError, match="args_no_hyphens"):
+        load_sweep(path)
