@@ -4,13 +4,21 @@ A sweep is refused before any run starts when a parameter is not a config key or
 every grid point (and both ends of every distribution) is composed with Hydra and passed through the same
 validators train.py uses, so the error names the key exactly as a run would.
 
-    python -m sparseprune.sweeps conf/sweep/patterns.yaml    # check it and list its runs
+    python -m sparseprune.sweeps conf/sweep/patterns.yaml                       # check it, list its runs
+    python -m sparseprune.sweeps conf/sweep/patterns.yaml --run sweeps/patterns  # run it locally, resumable
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import itertools
+import json
+import logging
+import math
+import random
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +31,7 @@ from hydra.utils import instantiate
 from sparseprune.cli import user_error_in
 from sparseprune.errors import UserError
 
+log = logging.getLogger(__name__)
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 METHODS = ("grid", "random", "bayes")
 DISTRIBUTIONS = ("uniform", "log_uniform_values", "int_uniform", "q_uniform", "normal")
@@ -94,11 +103,68 @@ def check_sweep(path: Path) -> list[list[str]]:
     return runs
 
 
+def sample_runs(sweep: dict[str, Any], seed: int = 0) -> list[list[str]]:
+    """The runs a local search makes: the grid itself, or `run_cap` seeded draws for random and bayes
+    (locally, bayes draws at random too: the W&B server is what makes it Bayesian)."""
+    if sweep["method"] == "grid":
+        return grid_runs(sweep)
+    generator = random.Random(seed)
+    runs = []
+    for _ in range(int(sweep.get("run_cap", 10))):
+        runs.append([f"{key}={_override_value(_draw(spec, generator))}" for key, spec in sweep["parameters"].items()])
+    return runs
+
+
+def _draw(spec: dict[str, Any], generator: random.Random) -> Any:
+    if "value" in spec:
+        return spec["value"]
+    if "values" in spec:
+        return generator.choice(spec["values"])
+    low, high = spec["min"], spec["max"]
+    if spec["distribution"] == "log_uniform_values":
+        return float(f"{math.exp(generator.uniform(math.log(low), math.log(high))):.6g}")
+    if spec["distribution"] == "int_uniform":
+        return generator.randint(low, high)
+    return float(f"{generator.uniform(low, high):.6g}")
+
+
+def run_locally(path: Path, out_dir: Path, extra: list[str], train_script: Path) -> list[dict[str, Any]]:
+    """Run every point of the sweep with train.py, one after another; points with a summary are skipped, so an
+    interrupted sweep resumes. The results directory belongs to one sweep file: another one is refused."""
+    check_sweep(path)  # refuses a bad sweep before anything runs
+    runs = sample_runs(load_sweep(path))
+    identity = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    marker = out_dir / "sweep.json"
+    if marker.exists() and json.loads(marker.read_text())["sweep_hash"] != identity:
+        raise UserError(f"{out_dir} holds results of another sweep file; choose a new --run directory")
+    marker.write_text(json.dumps({"sweep": str(path), "sweep_hash": identity, "extra": extra}, indent=2))
+    results = []
+    for index, overrides in enumerate(runs):
+        run_dir = out_dir / f"run{index:03d}"
+        summary = run_dir / "summary.json"
+        if not summary.exists():
+            command = [sys.executable, str(train_script), *overrides, *extra, f"hydra.run.dir={run_dir}"]
+            log.info("sweep run %d/%d: %s", index + 1, len(runs), " ".join(overrides))
+            if subprocess.run(command, check=False).returncode != 0:
+                raise UserError(f"sweep run {index} failed: {' '.join(overrides)} (see {run_dir})")
+        results.append({"run": index, "overrides": overrides, **json.loads(summary.read_text())})
+    (out_dir / "results.json").write_text(json.dumps(results, indent=2))
+    return results
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description="Check a W&B sweep file against the config and list its runs.")
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    parser = argparse.ArgumentParser(description="Check a W&B sweep file against the config, list or run it.")
     parser.add_argument("sweep", type=Path)
+    parser.add_argument("--run", type=Path, help="run the sweep locally into this results directory (resumable)")
+    parser.add_argument("overrides", nargs="*", help="extra Hydra overrides for every run, e.g. logger=csv")
     args = parser.parse_args()
     try:
+        if args.run:
+            results = run_locally(args.sweep, args.run, args.overrides, CONF_DIR.parent / "train.py")
+            print(f"{len(results)} runs; results in {args.run / 'results.json'}")
+            return
         runs = check_sweep(args.sweep)
     except UserError as error:
         raise SystemExit(f"error: {error}") from None

@@ -8,7 +8,9 @@ import pytest
 import yaml
 
 from sparseprune.errors import UserError
-from sparseprune.sweeps import CONF_DIR, check_sweep, grid_runs, load_sweep
+from sparseprune.sweeps import CONF_DIR, check_sweep, grid_runs, load_sweep, run_locally, sample_runs
+
+TRAIN = CONF_DIR.parent / "train.py"
 
 SWEEPS = sorted((CONF_DIR / "sweep").glob("*.yaml"))
 
@@ -66,3 +68,36 @@ def test_sweep_must_pass_overrides_and_use_a_known_method(tmp_path: Path) -> Non
     path.write_text(yaml.safe_dump({"method": "grid", "parameters": {"pattern": {"value": "ew"}}, "command": ["x"]}))
     with pytest.raises(UserError, match="args_no_hyphens"):
         load_sweep(path)
+
+
+def test_random_sweeps_sample_inside_their_ranges() -> None:
+    sweep = load_sweep(CONF_DIR / "sweep" / "tew_random.yaml")
+    runs = sample_runs(sweep, seed=1)
+    assert len(runs) == sweep["run_cap"] and runs == sample_runs(sweep, seed=1)
+    for run in runs:
+        values = dict(item.split("=") for item in run)
+        assert 0.005 <= float(values["pattern.delta"]) <= 0.05
+        assert 0.001 <= float(values["model.optimizer.lr"]) <= 0.1
+        assert values["schedule.stages"] in {"1", "2", "3", "4"}
+
+
+def test_local_run_resumes_and_refuses_another_sweep(tmp_path: Path) -> None:
+    sweep = write_sweep(tmp_path, {"pattern": {"values": ["ew", "nm"]}, "schedule.target": {"value": 0.75}})
+    out = tmp_path / "results"
+    tiny = [
+        "trainer=debug",
+        "logger=none",
+        "importance=magnitude",
+        "model.width_multiplier=0.25",
+        "data.train_subset=64",
+    ]
+    results = run_locally(sweep, out, tiny, TRAIN)
+    assert [r["pattern"]["name"] for r in results] == ["ew", "nm"]
+    first_summary = (out / "run000" / "summary.json").stat().st_mtime_ns
+    again = run_locally(sweep, out, tiny, TRAIN)
+    assert (out / "run000" / "summary.json").stat().st_mtime_ns == first_summary, "a finished run was rerun"
+    assert [r["stages"] for r in again] == [r["stages"] for r in results]
+    other = tmp_path / "other.yaml"
+    other.write_text(sweep.read_text().replace("nm", "vw"))
+    with pytest.raises(UserError, match="another sweep"):
+        run_locally(other, out, tiny, TRAIN)
