@@ -17,6 +17,7 @@ from rich.table import Table
 from sparseprune.callbacks import StagedPruning
 from sparseprune.checkpoints import check_checkpoint_file, load_initial_weights
 from sparseprune.errors import UserError
+from sparseprune.masking import layer_sparsity
 from sparseprune.schedule import Schedule
 
 log = logging.getLogger(__name__)
@@ -91,6 +92,7 @@ def _report(cfg: DictConfig, trainer: L.Trainer, pruning: StagedPruning) -> dict
         "pattern": pruning.state_dict()["pattern"],
         "target": pruning.schedule.target,
         "stages": pruning.stage_results,
+        "layer_sparsity": layer_sparsity(pruning.codes),
         "test": {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("test/")},
         "checkpoint": checkpoint.last_model_path if checkpoint else None,
     }

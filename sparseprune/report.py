@@ -1,0 +1,135 @@
+"""Turn a local sweep's results directory into report.md plus the figures researchers expect.
+
+    python -m sparseprune.report sweeps/patterns [--wandb]
+
+Reads `results.json` (written by `python -m sparseprune.sweeps ... --run DIR`), each run's checkpoint (for the
+mask picture) and, where `export.py` was run into `runNNN/export/`, its timing report (for the speedup figure).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from sparseprune.checkpoints import PRUNING_STATE_KEY, load_checkpoint
+from sparseprune.errors import UserError
+from sparseprune.patterns import keep_mask
+from sparseprune.plots import (
+    accuracy_vs_sparsity_figure,
+    layer_sparsity_figure,
+    mask_figure,
+    save_figure,
+    speedup_vs_accuracy_figure,
+)
+
+
+def _label(run: dict[str, Any]) -> str:
+    options = {k: v for k, v in run["pattern"].items() if k != "name"}
+    shown = ",".join(f"{k}={v}" for k, v in options.items() if k in ("granularity", "vector", "delta", "n", "m"))
+    return f"{run['pattern']['name']}({shown})" if shown else run["pattern"]["name"]
+
+
+def _accuracy(run: dict[str, Any]) -> tuple[str, float]:
+    """Test accuracy when the run was tested, else the last stage's validation metric."""
+    if "test/acc" in run.get("test", {}):
+        return "test/acc", run["test"]["test/acc"]
+    last = run["stages"][-1]
+    metric = next(k for k in last if k.startswith("val/"))
+    return metric, last[metric]
+
+
+def _speedup(results_dir: Path, run: dict[str, Any]) -> float | None:
+    report = results_dir / f"run{run['run']:03d}" / "export" / "export_report.json"
+    return json.loads(report.read_text())["speedup"] if report.exists() else None
+
+
+def _final_masks(runs: list[dict[str, Any]]) -> tuple[str, dict[str, torch.Tensor]]:
+    """Per pattern, the keep mask of the largest pruned layer in its highest-target run that has a checkpoint."""
+    chosen: dict[str, dict[str, Any]] = {}
+    for run in runs:
+        name = _label(run)
+        has_checkpoint = bool(run.get("checkpoint")) and Path(run["checkpoint"]).exists()
+        if has_checkpoint and (name not in chosen or run["target"] > chosen[name]["target"]):
+            chosen[name] = run
+    masks: dict[str, torch.Tensor] = {}
+    layer = ""
+    for name, run in chosen.items():
+        codes = load_checkpoint(Path(run["checkpoint"]))["callbacks"][PRUNING_STATE_KEY]["codes"]
+        layer = layer or max(codes, key=lambda n: codes[n].numel())
+        masks[name] = keep_mask(codes[layer])
+    return layer, masks
+
+
+def build_report(results_dir: Path, log_to_wandb: bool = False) -> Path:
+    results_file = results_dir / "results.json"
+    if not results_file.exists():
+        raise UserError(f"{results_dir} has no results.json; run a sweep into it with `python -m sparseprune.sweeps`")
+    runs = json.loads(results_file.read_text())
+    if not runs:
+        raise UserError(f"{results_file} lists no runs")
+    figures_dir = results_dir / "figures"
+    metric = _accuracy(runs[0])[0]
+    lines = [
+        f"# Sweep report: {results_dir}",
+        "",
+        f"| run | pattern | target | sparsity | {metric} | speedup |",
+        "|---|---|---|---|---|---|",
+    ]
+    curves: dict[str, list[tuple[float, float]]] = {}
+    speedups: dict[str, tuple[float, float]] = {}
+    for run in runs:
+        sparsity = run["stages"][-1]["sparsity"] if run["stages"] else 0.0
+        accuracy = _accuracy(run)[1]
+        speedup = _speedup(results_dir, run)
+        curves.setdefault(_label(run), []).append((sparsity, accuracy))
+        if speedup is not None:
+            speedups[f"{_label(run)}@{sparsity:.2f}"] = (speedup, accuracy)
+        shown = "–" if speedup is None else f"{speedup:.2f}×"
+        lines.append(f"| {run['run']} | {_label(run)} | {run['target']} | {sparsity:.4f} | {accuracy:.4f} | {shown} |")
+    paths = [save_figure(accuracy_vs_sparsity_figure(curves, metric), figures_dir / "accuracy_vs_sparsity.png")]
+    if speedups:
+        paths.append(save_figure(speedup_vs_accuracy_figure(speedups, metric), figures_dir / "speedup_vs_accuracy.png"))
+    most_pruned = max(runs, key=lambda r: r["target"])
+    if most_pruned.get("layer_sparsity"):
+        title = f"{_label(most_pruned)} at {most_pruned['target']}: per-layer sparsity"
+        paths.append(
+            save_figure(layer_sparsity_figure(most_pruned["layer_sparsity"], title), figures_dir / "layers.png")
+        )
+    layer, masks = _final_masks(runs)
+    if masks:
+        paths.append(save_figure(mask_figure(masks, layer), figures_dir / "masks.png"))
+    lines += ["", *[f"![{p.stem}](figures/{p.name})" for p in paths]]
+    report = results_dir / "report.md"
+    report.write_text("\n".join(lines) + "\n")
+    if log_to_wandb:
+        _log_to_wandb(results_dir, paths)
+    return report
+
+
+def _log_to_wandb(results_dir: Path, paths: list[Path]) -> None:
+    import wandb  # optional: only this flag needs it
+
+    run = wandb.init(project="sparseprune", name=f"report-{results_dir.name}", job_type="report", mode="offline")
+    try:
+        run.log({path.stem: wandb.Image(str(path)) for path in paths})
+    finally:
+        run.finish()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Markdown table and figures from a local sweep's results.")
+    parser.add_argument("results_dir", type=Path)
+    parser.add_argument("--wandb", action="store_true", help="also log the figures to an offline W&B run")
+    args = parser.parse_args()
+    try:
+        print(build_report(args.results_dir, args.wandb))
+    except UserError as error:
+        raise SystemExit(f"error: {error}") from None
+
+
+if __name__ == "__main__":
+    main()

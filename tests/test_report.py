@@ -1,0 +1,54 @@
+"""The sweep report builds its table and figures from a small results directory made here."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from sparseprune.errors import UserError
+from sparseprune.patterns import build_pattern
+from sparseprune.report import build_report
+
+
+def fabricate(results_dir: Path) -> None:
+    scores = {"features.3.weight": torch.rand(64, 32), "classifier.0.weight": torch.rand(32, 16)}
+    runs = []
+    for index, (name, options, target, acc) in enumerate(
+        [
+            ("ew", {}, 0.5, 0.93),
+            ("ew", {}, 0.75, 0.92),
+            ("tw", {"granularity": 8}, 0.5, 0.925),
+            ("tw", {"granularity": 8}, 0.75, 0.91),
+        ]
+    ):
+        run_dir = results_dir / f"run{index:03d}"
+        (run_dir / "export").mkdir(parents=True)
+        codes = build_pattern(name, **options).keep_codes(scores, target)
+        checkpoint = run_dir / "last.ckpt"
+        torch.save({"state_dict": {}, "callbacks": {"StagedPruning": {"codes": codes}}}, checkpoint)
+        (run_dir / "export" / "export_report.json").write_text(json.dumps({"speedup": 1.0 + target + index / 10}))
+        runs.append({
+            "run": index, "overrides": [f"pattern={name}"], "pattern": {"name": name, **options}, "target": target,
+            "stages": [{"stage": 0, "target": target, "sparsity": target, "val/acc": acc}],
+            "layer_sparsity": {layer: target for layer in scores}, "test": {"test/acc": acc - 0.01},
+            "checkpoint": str(checkpoint),
+        })  # fmt: skip
+    (results_dir / "results.json").write_text(json.dumps(runs))
+
+
+def test_report_table_and_figures(tmp_path: Path) -> None:
+    fabricate(tmp_path)
+    report = build_report(tmp_path).read_text()
+    assert "| 3 | tw(granularity=8) | 0.75 | 0.7500 | 0.9000 | 2.05× |" in report
+    assert "| 0 | ew | 0.5 | 0.5000 | 0.9200 | 1.50× |" in report
+    for figure in ("accuracy_vs_sparsity", "speedup_vs_accuracy", "layers", "masks"):
+        assert (tmp_path / "figures" / f"{figure}.png").stat().st_size > 1000
+        assert f"figures/{figure}.png" in report
+
+
+def test_report_needs_results(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="no results.json"):
+        build_report(tmp_path)
