@@ -47,9 +47,9 @@ class StagedPruning(L.Callback):
         monitor: str | None = None,
         plot_dir: str | None = None,
     ) -> None:
-        pattern_options = dict(pattern)
-        self.pattern_config = pattern_options
-        self.pattern = build_pattern(pattern_options.pop("name"), **pattern_options)
+        self.pattern_config = dict(pattern)
+        options = {key: value for key, value in self.pattern_config.items() if key != "name"}
+        self.pattern = build_pattern(self.pattern_config.get("name", ""), **options)
         self.schedule = Schedule(**dict(schedule))
         self.importance = dict(importance)
         if self.importance.get("kind") not in KINDS:
@@ -184,7 +184,7 @@ class StagedPruning(L.Callback):
             "completed_stage": self.completed_stage,
             "codes": {name: codes.clone() for name, codes in self.codes.items()},
             "stage_results": list(self.stage_results),
-            "pattern": dict(self.pattern_config, name=self.pattern.name),
+            "pattern": dict(self.pattern_config),
             "schedule": {**asdict(self.schedule), "targets": list(self.schedule.targets)},
             "scope": self.scope,
         }

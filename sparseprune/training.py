@@ -89,7 +89,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
 def _report(cfg: DictConfig, trainer: L.Trainer, pruning: StagedPruning) -> dict[str, Any]:
     checkpoint = next((c for c in trainer.checkpoint_callbacks if c.last_model_path), None)
     summary = {
-        "pattern": pruning.state_dict()["pattern"],
+        "pattern": dict(pruning.pattern_config),
         "target": pruning.schedule.target,
         "stages": pruning.stage_results,
         "layer_sparsity": layer_sparsity(pruning.codes),

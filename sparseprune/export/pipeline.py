@@ -22,7 +22,7 @@ from sparseprune.export.formats.base import PackedWeight
 from sparseprune.export.packing import pack_layer
 from sparseprune.export.swap import sparsify, unpacked_layers
 from sparseprune.export.timing import time_call
-from sparseprune.gemm_view import find_prunable, to_gemm
+from sparseprune.gemm_view import PrunableWeight, find_prunable, to_gemm
 from sparseprune.masking import MaskedWeights
 
 log = logging.getLogger(__name__)
@@ -45,8 +45,8 @@ def _dtype(name: str, device: torch.device) -> torch.dtype:
     return choices[name]
 
 
-def rebuild(ckpt: Path, batch_size: int) -> tuple[Any, Any, dict[str, Any]]:
-    """(masked dense module, datamodule, pruning state) from the checkpoint file alone."""
+def rebuild(ckpt: Path, batch_size: int) -> tuple[Any, list[PrunableWeight], Any, dict[str, Any]]:
+    """(masked dense module, its prunable weights, datamodule, pruning state) from the checkpoint file alone."""
     checkpoint = load_checkpoint(ckpt)
     state = pruning_state(checkpoint, ckpt)
     config = run_config(checkpoint, ckpt)
@@ -55,11 +55,11 @@ def rebuild(ckpt: Path, batch_size: int) -> tuple[Any, Any, dict[str, Any]]:
     model.load_state_dict(checkpoint["state_dict"])
     weights = find_prunable(model)
     MaskedWeights(weights, state["codes"]).apply()
-    return model.eval(), datamodule, state
+    return model.eval(), weights, datamodule, state
 
 
-def pack_model(model: Any, state: dict[str, Any]) -> dict[str, PackedWeight]:
-    weights = {w.name: w for w in find_prunable(model)}
+def pack_model(prunable: list[PrunableWeight], state: dict[str, Any]) -> dict[str, PackedWeight]:
+    weights = {w.name: w for w in prunable}
     missing = sorted(set(state["codes"]) - set(weights))
     if missing:
         raise UserError(f"checkpoint masks name weights the model lacks: {missing[:3]}")
@@ -101,18 +101,18 @@ def export(cfg: DictConfig) -> dict[str, Any]:
     ckpt = Path(cfg.ckpt)
     device = _device(cfg.device)
     dtype = _dtype(cfg.dtype, device)
-    model, datamodule, state = rebuild(ckpt, cfg.batch_size)
-    packed = pack_model(model, state)
+    model, weights, datamodule, state = rebuild(ckpt, cfg.batch_size)
+    packed = pack_model(weights, state)
     out_dir = Path(cfg.out_dir) if cfg.out_dir else ckpt.parent.parent / "export"
     saved = save_packed(model, packed, state, out_dir)
-    weights = find_prunable(model)
     sparse = sparsify(model, weights, packed)
     datamodule.setup("validate")
     batch = next(iter(datamodule.val_dataloader()))
 
-    fp32_error = check_outputs(model.to(device), sparse.to(device), transfer_batch(batch, model, None))
+    batch = transfer_batch(batch, model.to(device), None)
+    fp32_error = check_outputs(model, sparse.to(device), batch)
     model, sparse = model.to(dtype), sparse.to(dtype)
-    timed_batch = to_dtype(transfer_batch(batch, model, None), dtype)
+    timed_batch = to_dtype(batch, dtype)
     timed_error = check_outputs(model, sparse, timed_batch)
     dense_time = time_call(lambda: model.predict_batch(timed_batch), device, cfg.warmup, cfg.repeats)
     sparse_time = time_call(lambda: sparse.predict_batch(timed_batch), device, cfg.warmup, cfg.repeats)
