@@ -46,7 +46,12 @@ def _extensions() -> tuple[list, dict]:
     except ImportError:
         log.warning("torch is not importable at build time: installing sparseprune without its CUDA kernels")
         return [], {}
-    sources = ["kernels_ext/bindings.cpp", "kernels_ext/tw_gemm.cu", "kernels_ext/tw_gemm_sm90.cu"]
+    sources = [
+        "kernels_ext/bindings.cpp",
+        "kernels_ext/tw_gemm.cu",
+        "kernels_ext/tw_gemm_sm90.cu",
+        "kernels_ext/nm_gemm.cu",
+    ]
     ext = CUDAExtension(
         name="sparseprune._kernels",
         sources=sources,

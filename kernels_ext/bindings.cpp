@@ -10,10 +10,12 @@
 
 #include <optional>
 
+#include "nm_gemm.h"
 #include "tw_gemm.h"
 
 namespace {
 
+namespace nm = sparseprune::nm;
 namespace tw = sparseprune::tw;
 
 void check_cuda_tensor(const at::Tensor& t, const char* name, const at::Device& device) {
@@ -156,14 +158,89 @@ at::Tensor tw_matmul(const at::Tensor& x, const at::Tensor& values, const at::Te
   return y;
 }
 
+// y = act(x @ B + bias) for the packed N:M weight B (K x N): x (M, K) row-major, values [K/m*kept, N], idx uint8
+// [K/m*kept, N/vector]. CUDA cores: a memory-bound SpMV for M <= 16, a shared-memory-tiled SpMM above.
+at::Tensor nm_matmul(const at::Tensor& x, const at::Tensor& values, const at::Tensor& idx,
+                     const std::optional<at::Tensor>& bias, int64_t K, int64_t N, int64_t m, int64_t kept,
+                     int64_t vector, int64_t activation) {
+  TORCH_CHECK(x.dim() == 2, "x must be 2-D (M, K), got ", x.dim(), "-D");
+  TORCH_CHECK(x.is_cuda(), "x must be a CUDA tensor");
+  const at::Device device = x.device();
+  check_cuda_tensor(x, "x", device);
+  const auto dtype = x.scalar_type();
+  TORCH_CHECK(dtype == at::kHalf || dtype == at::kBFloat16, "x must be float16 or bfloat16, got ", dtype);
+  TORCH_CHECK(x.size(1) == K, "x has K = ", x.size(1), " but the packed weight has K = ", K);
+  TORCH_CHECK(m >= 2 && m <= 32 && (m & (m - 1)) == 0, "N:M kernels need M a power of two in [2, 32], got M = ", m);
+  TORCH_CHECK(kept >= 1 && kept < m, "N:M kernels need 1 <= N < M, got N = ", kept, ", M = ", m);
+  TORCH_CHECK(K >= 0 && K % m == 0, "K must be a multiple of M, got K = ", K, ", M = ", m);
+  TORCH_CHECK(N > 0 && N % 8 == 0, "N must be a positive multiple of 8 (16-byte value rows), got N = ", N);
+  TORCH_CHECK(vector >= 1 && N % vector == 0, "vector must divide N, got vector = ", vector, ", N = ", N);
+  TORCH_CHECK(activation >= 0 && activation <= 2, "activation code must be 0 (none), 1 (relu) or 2 (gelu)");
+  const int64_t rows = K / m * kept;
+
+  check_cuda_tensor(values, "values", device);
+  TORCH_CHECK(values.scalar_type() == dtype, "values are ", values.scalar_type(), " but x is ", dtype);
+  TORCH_CHECK(values.dim() == 2 && values.size(0) == rows && values.size(1) == N, "values must be (K/M*kept, N) = (",
+              rows, ", ", N, "), got ", values.sizes());
+  TORCH_CHECK(aligned16(values.data_ptr()), "values must be 16-byte aligned");
+  check_cuda_tensor(idx, "idx", device);
+  TORCH_CHECK(idx.scalar_type() == at::kByte, "idx must be uint8, got ", idx.scalar_type());
+  TORCH_CHECK(idx.dim() == 2 && idx.size(0) == rows && idx.size(1) == N / vector, "idx must be (K/M*kept, N/vector) = (",
+              rows, ", ", N / vector, "), got ", idx.sizes());
+  TORCH_CHECK(reinterpret_cast<uintptr_t>(idx.data_ptr()) % 8 == 0, "idx must be 8-byte aligned");
+  if (bias.has_value()) {
+    check_cuda_tensor(*bias, "bias", device);
+    TORCH_CHECK(bias->scalar_type() == dtype, "bias is ", bias->scalar_type(), " but x is ", dtype);
+    TORCH_CHECK(bias->numel() == N, "bias must have N = ", N, " entries, got ", bias->numel());
+  }
+
+  const c10::cuda::CUDAGuard guard(device);
+  const int64_t M = x.size(0);
+  at::Tensor y = at::empty({M, N}, x.options());
+  if (M == 0) return y;
+
+  nm::PackedNMView w{};
+  w.values = values.data_ptr();
+  w.idx = idx.data_ptr<uint8_t>();
+  w.K = K;
+  w.N = N;
+  w.m = static_cast<int>(m);
+  w.kept = static_cast<int>(kept);
+  w.vector = static_cast<int>(vector);
+
+  nm::Problem p{};
+  p.x = x.data_ptr();
+  p.M = M;
+  p.ldx = K;
+  p.bias = bias.has_value() ? bias->data_ptr() : nullptr;
+  p.y = y.data_ptr();
+  p.ldy = N;
+  p.activation = static_cast<nm::Activation>(activation);
+  p.dtype = dtype == at::kHalf ? nm::DType::kHalf : nm::DType::kBFloat16;
+  p.num_sms = sm_count(device.index());
+  p.stream = c10::cuda::getCurrentCUDAStream(device.index()).stream();
+  at::Tensor workspace;
+  if (const int64_t floats = nm::workspace_floats(w, p); floats > 0) {
+    workspace = at::empty({floats}, x.options().dtype(at::kFloat));  // every entry is written before it is read
+    p.workspace = workspace.data_ptr<float>();
+  }
+  const char* err = nm::launch_nm_matmul(w, p);
+  TORCH_CHECK(err == nullptr, "nm_matmul launch failed: ", err ? err : "");
+  return y;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.doc() = "sparseprune CUDA kernels (tile-wise sparse GEMM)";
+  m.doc() = "sparseprune CUDA kernels (tile-wise and N:M sparse GEMM)";
   m.def("tw_matmul", &tw_matmul, "Tile-wise sparse GEMM: act(x @ B + bias) from the packed TW layout",
         pybind11::arg("x"), pybind11::arg("values"), pybind11::arg("rows"), pybind11::arg("tile_ptr"),
         pybind11::arg("cols"), pybind11::arg("col_pos"), pybind11::arg("pruned_cols"), pybind11::arg("bias"),
         pybind11::arg("res_ptr"), pybind11::arg("res_rows"), pybind11::arg("res_vals"), pybind11::arg("K"),
         pybind11::arg("N"), pybind11::arg("granularity"), pybind11::arg("max_tile_k"),
         pybind11::arg("activation"), pybind11::arg("feature_major"), pybind11::arg("path") = 0);
+  m.def("nm_matmul", &nm_matmul, "N:M sparse GEMM on CUDA cores: act(x @ B + bias) from the packed N:M layout",
+        pybind11::arg("x"), pybind11::arg("values"), pybind11::arg("idx"), pybind11::arg("bias"), pybind11::arg("K"),
+        pybind11::arg("N"), pybind11::arg("m"), pybind11::arg("kept"), pybind11::arg("vector"),
+        pybind11::arg("activation"));
 }

@@ -1,19 +1,44 @@
-"""Packed N:M layout (also serves balanced VW, which is N:M with M = V and a per-layer N).
+"""Packed N:M layout (also serves balanced VW, which is N:M with M = V and a per-layer N), and its matmul.
 
 For B (K x N): every group of `m` consecutive K entries keeps `kept` entries per column block of `vector`
 columns. `values` [K/m * kept, N] holds the kept values group after group; `idx` uint8 [K/m * kept, N/vector]
 holds each kept value's position inside its group, shared by the `vector` columns of a block.
+
+`nm_matmul` picks one of three routes per call:
+- "simt": kernels_ext/nm_gemm.cu on CUDA cores, any `vector`. M <= 16 runs a memory-bound SpMV that reads every
+  kept weight once; larger M a shared-memory-tiled SpMM with fp32 accumulation.
+- "tw": vector-wise N:M with V >= 16 is a tile-wise layout (each V-column block keeps the same K*kept/m rows), so it
+  is repacked once into PackedTW (memoised per `values` tensor) and runs on the TW tensor-core kernels; chosen for
+  M > 16. V = 16 fills half of each 32-column TW tile, so it does up to twice the ideal MMA work.
+- "reference": one dense GEMM on the scattered weight; CPU, no extension, dtypes other than fp16/bf16, or a
+  packing outside the kernels' range (M not a power of two in [2, 32], N = 0 or N = M, N columns not a multiple
+  of 8).
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
+from torch.utils.weak import WeakIdKeyDictionary
 
 from sparseprune.errors import UserError
 from sparseprune.export.formats.base import TensorBundleMixin, apply_epilogue
+from sparseprune.export.formats.extension import load_kernels
+from sparseprune.export.formats.tw import ACTIVATIONS, KERNEL_DTYPES, PackedTW, pack_tw
+
+log = logging.getLogger(__name__)
+
+KERNELS = ("auto", "simt", "tw", "reference")
+KERNEL_MAX_M = 32  # largest group the kernels take; must match the binding's check in kernels_ext/bindings.cpp
+SMALL_M = 16  # rows of x up to which the SpMV runs; must match kSmallM in kernels_ext/nm_gemm.h
+TW_MIN_VECTOR = 16  # narrowest vector that goes to the tensor-core TW route
+
+# PackedTW twin of each vector-wise weight, keyed weakly by its values tensor: export modules rebuild PackedNM on
+# every forward from the same buffers, and the repack is far too slow to redo per call.
+_TW_VIEWS: WeakIdKeyDictionary = WeakIdKeyDictionary()
 
 
 @dataclass
@@ -49,18 +74,39 @@ class PackedNM(TensorBundleMixin):
         dense = torch.zeros(self.shape, dtype=self.values.dtype, device=self.values.device)
         return dense.scatter_(0, self.row_indices(), self.values)
 
+    def keep_mask(self) -> torch.Tensor:
+        """Boolean (K, N): which entries of B the packing keeps (kept zeros included)."""
+        mask = torch.zeros(self.shape, dtype=torch.bool, device=self.idx.device)
+        return mask.scatter_(0, self.row_indices(), True)
+
+    def kernel_unsupported(self) -> str | None:
+        """Why the CUDA kernels cannot take this packing, or None when they can."""
+        m, kept = self.m, self.kept
+        if m < 2 or m > KERNEL_MAX_M or m & (m - 1):
+            return f"M must be a power of two in [2, {KERNEL_MAX_M}], got M = {m}"
+        if not 1 <= kept < m:
+            return f"N must satisfy 1 <= N < M, got {kept}:{m}"
+        if self.shape[1] % 8:
+            return f"N columns must be a multiple of 8 (16-byte value rows), got {self.shape[1]}"
+        return None
+
     def matmul(self, x: torch.Tensor, bias: torch.Tensor | None = None, activation: str | None = None) -> torch.Tensor:
-        """Reference: scatter the kept values into B, one GEMM (fp32 accumulate on CPU)."""
-        return apply_epilogue(x @ self.dense().to(x.dtype), bias, activation)
+        """y = act(x @ B + bias) for x (..., K): the CUDA kernels for fp16/bf16 CUDA inputs, else the reference."""
+        return nm_matmul(x, self, bias, activation)
 
 
 def pack_nm(weight_kn: torch.Tensor, keep: torch.Tensor, m: int, vector: int = 1) -> PackedNM:
     """Pack B under an N:M keep mask; every group must keep the same count and share indices per block."""
+    if weight_kn.dim() != 2 or not weight_kn.is_floating_point():
+        raise UserError(f"weight_kn must be a floating 2-D GEMM matrix B (K x N), got {weight_kn.dtype} "
+                        f"{tuple(weight_kn.shape)}")  # fmt: skip
+    if keep.dtype != torch.bool:
+        raise UserError(f"N:M keep mask must be boolean, got {keep.dtype}")
     k, n = weight_kn.shape
     if keep.shape != weight_kn.shape:
         raise UserError(f"mask shape {tuple(keep.shape)} differs from weight shape {(k, n)}")
-    if k % m or n % vector or m > 256:
-        raise UserError(f"N:M packing needs M | K, vector | N and M <= 256, got K={k}, N={n}, M={m}, V={vector}")
+    if m < 1 or vector < 1 or k % m or n % vector or m > 256:
+        raise UserError(f"N:M packing needs M | K, vector | N and 1 <= M <= 256, got K={k}, N={n}, M={m}, V={vector}")
     groups = keep.reshape(k // m, m, n)
     counts = groups.sum(1)
     kept = int(counts.flatten()[0]) if counts.numel() else 0
@@ -74,3 +120,109 @@ def pack_nm(weight_kn: torch.Tensor, keep: torch.Tensor, m: int, vector: int = 1
     values = torch.gather(weight_kn.reshape(k // m, m, n), 1, order).reshape(-1, n)
     idx = order[:, :, ::vector].reshape(-1, n // vector).to(torch.uint8)
     return PackedNM(values.contiguous(), idx.contiguous(), (k, n), m, kept, vector)
+
+
+def nm_matmul(
+    x: torch.Tensor,
+    packed: PackedNM,
+    bias: torch.Tensor | None = None,
+    activation: str | None = None,
+    kernel: str = "auto",
+) -> torch.Tensor:
+    """y = act(x @ B + bias) for the packed N:M weight B; x is (..., K) row-major.
+
+    `kernel` "auto" takes the fastest route that can run and falls back to the reference; "simt" or "tw" force a
+    route and raise UserError when it cannot run (tests and benchmarks compare them).
+    """
+    k, n = packed.shape
+    if kernel not in KERNELS:
+        raise UserError(f"kernel must be one of {KERNELS}, got {kernel!r}")
+    if x.shape[-1] != k:
+        raise UserError(f"x has {x.shape[-1]} features but the packed N:M weight expects K = {k}")
+    if activation not in ACTIVATIONS:
+        raise UserError(f"activation must be one of None, 'relu', 'gelu', got {activation!r}")
+    if bias is not None and bias.numel() != n:
+        raise UserError(f"bias has {bias.numel()} entries, expected N = {n}")
+    rows = x.reshape(-1, k)
+    route = _auto_route(rows, packed) if kernel == "auto" else kernel
+    if route != "reference":
+        why = _route_unavailable(rows, packed, route)
+        if why is not None:
+            raise UserError(f"N:M kernel {route!r} cannot run: {why}")
+    if route == "reference":
+        y = nm_matmul_reference(rows, packed, bias, activation)
+    elif route == "tw":
+        y = tw_view(packed).matmul(rows, bias, activation)
+    else:
+        y = load_kernels().nm_matmul(
+            rows.contiguous(),
+            packed.values,
+            packed.idx,
+            None if bias is None else bias.to(x.dtype).contiguous(),
+            k,
+            n,
+            packed.m,
+            packed.kept,
+            packed.vector,
+            ACTIVATIONS[activation],
+        )
+    return y.reshape(*x.shape[:-1], n)
+
+
+def nm_matmul_reference(
+    x: torch.Tensor, packed: PackedNM, bias: torch.Tensor | None = None, activation: str | None = None
+) -> torch.Tensor:
+    """Scatter the kept values into B, one GEMM in x's dtype (fp32 accumulate on CPU), then the epilogue."""
+    return apply_epilogue(x @ packed.dense().to(x.dtype), bias, activation)
+
+
+def _route_unavailable(x: torch.Tensor, packed: PackedNM, route: str) -> str | None:
+    if load_kernels() is None:
+        return "the sparseprune._kernels extension is not built"
+    if not x.is_cuda:
+        return f"x is on {x.device}, the kernels need CUDA"
+    if x.dtype not in KERNEL_DTYPES:
+        return f"x is {x.dtype}, the kernels take float16 or bfloat16"
+    if packed.values.dtype != x.dtype:
+        return f"values are {packed.values.dtype} but x is {x.dtype}"
+    why = packed.kernel_unsupported()
+    if why is None and route == "tw":
+        k, n = packed.shape
+        if packed.vector < TW_MIN_VECTOR:
+            why = f"the TW route needs vector >= {TW_MIN_VECTOR}, got {packed.vector}"
+        elif k % 8:
+            why = f"the TW route needs K a multiple of 8, got {k}"
+    return why
+
+
+def _auto_route(x: torch.Tensor, packed: PackedNM) -> str:
+    if _route_unavailable(x, packed, "simt") is not None:
+        return "reference"
+    if x.shape[0] > SMALL_M and _route_unavailable(x, packed, "tw") is None:
+        return "tw"
+    return "simt"
+
+
+def tw_granularity(vector: int) -> int:
+    """TW tile width for a vector-wise weight: the widest of 128, 64, 32 that V fills (32 for V = 16)."""
+    return next((g for g in (128, 64) if vector % g == 0), 32)
+
+
+def _version(t: torch.Tensor) -> int:
+    try:
+        return t._version
+    except RuntimeError:  # inference tensors keep no version counter (and cannot change outside inference mode)
+        return -1
+
+
+def tw_view(packed: PackedNM) -> PackedTW:
+    """The weight as PackedTW, built once per values tensor (and rebuilt if values or idx change)."""
+    key = (packed.idx.data_ptr(), _version(packed.values), _version(packed.idx), packed.m, packed.kept, packed.vector)
+    hit = _TW_VIEWS.get(packed.values)
+    if hit is not None and hit[0] == key:
+        return hit[1]
+    view = pack_tw(packed.dense(), packed.keep_mask(), tw_granularity(packed.vector))
+    _TW_VIEWS[packed.values] = (key, view)
+    log.debug("repacked %s N:M (V=%d) as TW G=%d: %d tiles", packed.shape, packed.vector, view.granularity,
+              view.num_tiles)  # fmt: skip
+    return view

@@ -1,0 +1,288 @@
+// General N:M sparse GEMM on CUDA cores: element-wise N:M, and vector-wise N:M whose vectors are too narrow for the
+// tensor-core (TW) route. Both kernels lean on the balanced layout: a values row holds one kept entry per column,
+// all from one group of m consecutive K, so threads that walk rows together read x inside a window of a few groups.
+// x is staged in shared memory as fp32, [row of x][k], so that window spans at most 32 consecutive words and the
+// reads are conflict-free for the common configurations (equal addresses broadcast).
+//
+// Small M (<= kSmallM, memory bound): a CTA owns 32 columns and a range of K groups; each lane streams 16-byte
+// value vectors (8 columns) and 8 in-group indices per row, so every kept weight is read once, coalesced. Few
+// column blocks split K over CTAs that write fp32 slices, summed in order by a finalize pass (deterministic).
+// Large M: a CTA owns a 64 x 64 output tile; a thread owns one column and 16 rows, reads one weight and one index
+// per kept row and does 16 FMAs against the staged x tile (fp32 accumulation).
+#include <algorithm>
+
+#include "nm_gemm.h"
+#include "tw_device.cuh"
+
+namespace sparseprune {
+namespace nm {
+namespace {
+
+using tw::activate;
+using tw::check_launch;
+using tw::from_float;
+using tw::to_float;
+
+inline int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+
+// SpMV tiling.
+constexpr int kColsPerLane = 8;                       // one 16-byte load of values per row
+constexpr int kLanesN = 4;                            // lanes of a warp along N
+constexpr int kGemvBN = kLanesN * kColsPerLane;       // 32 columns per CTA: 64-byte row segments
+constexpr int kRowsPerWarp = 32 / kLanesN;            // consecutive values rows a warp reads at once
+constexpr int kRowSlots = kWarps * kRowsPerWarp;      // rows a CTA reads at once
+constexpr int kUnroll = 4;                            // row loads in flight per thread
+constexpr int kStageFloats = 8192;                    // 32 KB of staged x per chunk
+constexpr int64_t kMinRowsPerSplit = 512;
+
+// SpMM tiling.
+constexpr int kMmBM = 64, kMmBN = 64;
+constexpr int kMmRows = kMmBM / (kThreads / kMmBN);  // rows of x per thread
+constexpr int kMmChunkK = 128;                        // dense K staged per step (a multiple of every m)
+
+static_assert(kStageFloats % (16 * 32) == 0, "every staged chunk must hold whole groups of m <= 32");
+static_assert(kWarps * 16 * kGemvBN <= kStageFloats, "the SpMV reduction reuses the staging buffer");
+
+template <typename T>
+__device__ __forceinline__ void store_output(const Problem& p, int64_t row, int64_t col, float v) {
+  if (p.bias != nullptr) v += to_float(static_cast<const T*>(p.bias)[col]);
+  static_cast<T*>(p.y)[row * p.ldy + col] = from_float<T>(activate(v, p.activation));
+}
+
+// The 8 in-group positions of columns n0..n0+7 in values row `row`, one byte each (unmasked).
+__device__ __forceinline__ uint2 load_positions(const PackedNMView& w, int64_t row, int64_t n0) {
+  if (w.vector == 1) return __ldg(reinterpret_cast<const uint2*>(w.idx + row * w.N + n0));
+  const uint8_t* r = w.idx + row * (w.N / w.vector);
+  uint32_t word[2] = {0u, 0u};
+#pragma unroll
+  for (int e = 0; e < kColsPerLane; ++e) {
+    word[e / 4] |= static_cast<uint32_t>(__ldg(r + (n0 + e) / w.vector)) << (8 * (e % 4));
+  }
+  return make_uint2(word[0], word[1]);
+}
+
+// SpMV: CTA = (32 columns, range of groups). Warp lanes: 4 along N (8 columns each) x 8 consecutive values rows.
+template <typename T, int MaxM>
+__global__ void __launch_bounds__(kThreads) nm_gemv_kernel(PackedNMView w, Problem p, int64_t groups_per_split) {
+  constexpr int kChunkK = kStageFloats / MaxM;
+  __shared__ float s_x[kStageFloats];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int lane_n = lane % kLanesN, slot = warp * kRowsPerWarp + lane / kLanesN;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kGemvBN + lane_n * kColsPerLane;
+  const bool col_ok = n0 < w.N;  // N % 8 == 0: a lane's 8 columns are all in range or all out
+  const int M = static_cast<int>(p.M), m = w.m, kept = w.kept;
+  const int64_t groups = w.K / m;
+  const int64_t g_begin = min(groups, static_cast<int64_t>(blockIdx.y) * groups_per_split);
+  const int64_t g_end = min(groups, g_begin + groups_per_split);
+  const int64_t chunk_groups = kChunkK / m;
+  const T* x = static_cast<const T*>(p.x);
+  const T* vals = static_cast<const T*>(w.values);
+
+  float acc[MaxM][kColsPerLane];
+#pragma unroll
+  for (int i = 0; i < MaxM; ++i)
+#pragma unroll
+    for (int e = 0; e < kColsPerLane; ++e) acc[i][e] = 0.0f;
+
+  for (int64_t g0 = g_begin; g0 < g_end; g0 += chunk_groups) {
+    const int64_t g1 = min(g_end, g0 + chunk_groups);
+    const int len = static_cast<int>((g1 - g0) * m);
+    const int64_t k0 = g0 * m;
+    __syncthreads();  // the previous chunk is fully read
+    for (int i = tid; i < M * len; i += kThreads) {
+      const int row = i / len, kk = i - row * len;
+      s_x[row * kChunkK + kk] = to_float(x[row * p.ldx + k0 + kk]);
+    }
+    __syncthreads();
+    if (!col_ok) continue;
+    const int64_t r_end = g1 * kept;
+    for (int64_t r = g0 * kept + slot; r < r_end; r += kRowSlots * kUnroll) {
+      uint4 v[kUnroll];
+      uint2 pos[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t row = r + u * kRowSlots;
+        v[u] = make_uint4(0u, 0u, 0u, 0u);
+        pos[u] = make_uint2(0u, 0u);
+        if (row < r_end) {
+          v[u] = __ldg(reinterpret_cast<const uint4*>(vals + row * w.N + n0));
+          pos[u] = load_positions(w, row, n0);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t row = r + u * kRowSlots;
+        if (row >= r_end) break;
+        const int base = static_cast<int>((row / kept - g0) * m);
+        const T* wv = reinterpret_cast<const T*>(&v[u]);
+        const uint8_t* pb = reinterpret_cast<const uint8_t*>(&pos[u]);
+#pragma unroll
+        for (int e = 0; e < kColsPerLane; ++e) {
+          const float we = to_float(wv[e]);
+          const float* xs = s_x + base + (pb[e] & (m - 1));  // the mask keeps a corrupt index inside its group
+#pragma unroll
+          for (int i = 0; i < MaxM; ++i) {
+            if (i >= M) break;
+            acc[i][e] += xs[i * kChunkK] * we;
+          }
+        }
+      }
+    }
+  }
+
+  // Lanes with the same lane_n hold sums for the same columns: fold the warp's 8 row lanes, then the 8 warps.
+#pragma unroll
+  for (int i = 0; i < MaxM; ++i)
+#pragma unroll
+    for (int e = 0; e < kColsPerLane; ++e) {
+      float s = acc[i][e];
+      for (int off = kLanesN; off < 32; off <<= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+      acc[i][e] = s;
+    }
+  __syncthreads();  // s_x is reused for the partial sums
+  float* s_part = s_x;  // [kWarps][MaxM][kGemvBN]
+  if (lane < kLanesN) {
+#pragma unroll
+    for (int i = 0; i < MaxM; ++i) {
+      if (i >= M) break;
+#pragma unroll
+      for (int e = 0; e < kColsPerLane; ++e) s_part[(warp * MaxM + i) * kGemvBN + lane * kColsPerLane + e] = acc[i][e];
+    }
+  }
+  __syncthreads();
+  for (int t = tid; t < M * kGemvBN; t += kThreads) {
+    const int i = t / kGemvBN, c = t % kGemvBN;
+    const int64_t col = static_cast<int64_t>(blockIdx.x) * kGemvBN + c;
+    if (col >= w.N) continue;
+    float s = 0.0f;
+#pragma unroll
+    for (int wi = 0; wi < kWarps; ++wi) s += s_part[(wi * MaxM + i) * kGemvBN + c];
+    if (gridDim.y == 1) {
+      store_output<T>(p, i, col, s);
+    } else {
+      p.workspace[(static_cast<int64_t>(blockIdx.y) * p.M + i) * w.N + col] = s;
+    }
+  }
+}
+
+// Sums the K splits' fp32 slices in split order, then bias and activation.
+template <typename T>
+__global__ void nm_finalize_kernel(PackedNMView w, Problem p, int splits) {
+  const int64_t total = p.M * w.N;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    float s = 0.0f;
+    for (int sp = 0; sp < splits; ++sp) s += p.workspace[sp * total + i];
+    store_output<T>(p, i / w.N, i % w.N, s);
+  }
+}
+
+// SpMM: CTA = 64 rows of x x 64 columns; thread = one column x 16 rows. A warp's 32 lanes read the same values
+// row, hence the same group of x: conflict-free shared-memory reads.
+template <typename T>
+__global__ void __launch_bounds__(kThreads) nm_spmm_kernel(PackedNMView w, Problem p) {
+  __shared__ float s_x[kMmBM * kMmChunkK];  // [row of x][k], fp32
+  const int tid = threadIdx.x, c = tid % kMmBN, rg = tid / kMmBN;
+  const int64_t m0 = static_cast<int64_t>(blockIdx.x) * kMmBM;
+  const int64_t col = static_cast<int64_t>(blockIdx.y) * kMmBN + c;
+  const bool col_ok = col < w.N;
+  const int64_t idx_stride = w.N / w.vector, idx_col = col_ok ? col / w.vector : 0;
+  const int m = w.m, kept = w.kept;
+  const T* x = static_cast<const T*>(p.x);
+  const T* vals = static_cast<const T*>(w.values);
+
+  float acc[kMmRows];
+#pragma unroll
+  for (int i = 0; i < kMmRows; ++i) acc[i] = 0.0f;
+
+  for (int64_t k0 = 0; k0 < w.K; k0 += kMmChunkK) {
+    const int len = static_cast<int>(w.K - k0 < kMmChunkK ? w.K - k0 : kMmChunkK);  // a multiple of m: K % m == 0
+    __syncthreads();
+    for (int i = tid; i < kMmBM * kMmChunkK; i += kThreads) {
+      const int r = i / kMmChunkK, kk = i % kMmChunkK;
+      const int64_t row = m0 + r;
+      s_x[i] = (row < p.M && kk < len) ? to_float(x[row * p.ldx + k0 + kk]) : 0.0f;
+    }
+    __syncthreads();
+    if (!col_ok) continue;
+    const int64_t r_begin = k0 / m * kept, r_end = (k0 + len) / m * kept;
+    const float* xs_rows = s_x + rg * kMmRows * kMmChunkK;
+#pragma unroll 4
+    for (int64_t r = r_begin; r < r_end; ++r) {
+      const float wv = to_float(vals[r * w.N + col]);
+      const int pos = __ldg(w.idx + r * idx_stride + idx_col) & (m - 1);
+      const float* xs = xs_rows + static_cast<int>((r / kept) * m - k0) + pos;
+#pragma unroll
+      for (int i = 0; i < kMmRows; ++i) acc[i] += xs[i * kMmChunkK] * wv;
+    }
+  }
+  if (!col_ok) return;
+#pragma unroll
+  for (int i = 0; i < kMmRows; ++i) {
+    const int64_t row = m0 + rg * kMmRows + i;
+    if (row < p.M) store_output<T>(p, row, col, acc[i]);
+  }
+}
+
+// K splits of the SpMV: only when the column blocks leave most SMs idle, and never below kMinRowsPerSplit rows.
+int gemv_splits(const PackedNMView& w, const Problem& p) {
+  const int64_t col_blocks = cdiv(w.N, kGemvBN);
+  if (2 * col_blocks >= p.num_sms) return 1;
+  const int64_t rows = w.K / w.m * w.kept;
+  const int64_t by_rows = std::max<int64_t>(1, rows / kMinRowsPerSplit);
+  const int64_t by_sms = cdiv(2LL * p.num_sms, std::max<int64_t>(1, col_blocks));
+  return static_cast<int>(std::min<int64_t>({by_rows, by_sms, 32}));
+}
+
+template <typename T, int MaxM>
+const char* run_gemv(const PackedNMView& w, const Problem& p, int splits) {
+  if (splits > 1 && p.workspace == nullptr) return "the split-K N:M SpMV needs its fp32 workspace";
+  const int64_t groups = w.K / w.m;
+  const int64_t groups_per_split = std::max<int64_t>(1, cdiv(groups, splits));
+  const dim3 grid(static_cast<unsigned>(cdiv(w.N, kGemvBN)), static_cast<unsigned>(splits));
+  nm_gemv_kernel<T, MaxM><<<grid, kThreads, 0, p.stream>>>(w, p, groups_per_split);
+  const char* err = check_launch();
+  if (err != nullptr || splits == 1) return err;
+  const int64_t blocks = std::min<int64_t>(cdiv(p.M * w.N, kThreads), 8LL * p.num_sms);
+  nm_finalize_kernel<T><<<static_cast<unsigned>(blocks), kThreads, 0, p.stream>>>(w, p, splits);
+  return check_launch();
+}
+
+template <typename T>
+const char* run_spmm(const PackedNMView& w, const Problem& p) {
+  const int64_t row_blocks = cdiv(p.M, kMmBM), col_blocks = cdiv(w.N, kMmBN);
+  if (col_blocks > 65535 || row_blocks > 0x7fffffff) return "N:M SpMM grid too large (N over 4M columns)";
+  const dim3 grid(static_cast<unsigned>(row_blocks), static_cast<unsigned>(col_blocks));
+  nm_spmm_kernel<T><<<grid, kThreads, 0, p.stream>>>(w, p);
+  return check_launch();
+}
+
+template <typename T>
+const char* run(const PackedNMView& w, const Problem& p) {
+  if (p.M == 0 || w.N == 0) return nullptr;
+  if (p.M > kSmallM) return run_spmm<T>(w, p);
+  const int splits = gemv_splits(w, p);
+  if (p.M <= 1) return run_gemv<T, 1>(w, p, splits);
+  if (p.M <= 2) return run_gemv<T, 2>(w, p, splits);
+  if (p.M <= 4) return run_gemv<T, 4>(w, p, splits);
+  if (p.M <= 8) return run_gemv<T, 8>(w, p, splits);
+  return run_gemv<T, 16>(w, p, splits);
+}
+
+}  // namespace
+
+int64_t workspace_floats(const PackedNMView& w, const Problem& p) {
+  if (p.M == 0 || p.M > kSmallM || w.N == 0) return 0;
+  const int splits = gemv_splits(w, p);
+  return splits > 1 ? splits * p.M * w.N : 0;
+}
+
+const char* launch_nm_matmul(const PackedNMView& w, const Problem& p) {
+  return p.dtype == DType::kHalf ? run<__half>(w, p) : run<__nv_bfloat16>(w, p);
+}
+
+}  // namespace nm
+}  // namespace sparseprune

@@ -1,0 +1,53 @@
+// General N:M sparse GEMM on CUDA cores: host-side launch interface shared by the torch binding and nm_gemm.cu.
+// Kept free of torch headers so the .cu file compiles fast; the binding validates everything before calling here.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+#include "tw_gemm.h"
+
+namespace sparseprune {
+namespace nm {
+
+using tw::Activation;
+using tw::DType;
+
+// Packed N:M weight B (K x N), see sparseprune/export/formats/nm.py. Row r of `values` (r < K/m*kept) belongs to
+// group r / kept; its entry for column n sits at K index (r / kept) * m + idx[r * (N / vector) + n / vector].
+struct PackedNMView {
+  const void* values;  // [K/m*kept, N], row-major, 16-byte aligned
+  const uint8_t* idx;  // [K/m*kept, N/vector], position inside the group, < m
+  int64_t K;
+  int64_t N;
+  int m;       // group size, a power of two in [2, 32]
+  int kept;    // entries kept per group, in [1, m)
+  int vector;  // adjacent columns sharing one index list
+};
+
+// One call: y = act(x @ B + bias), x (M x K) and y (M x N) row-major with row strides ldx and ldy.
+struct Problem {
+  const void* x;
+  int64_t M;
+  int64_t ldx;
+  const void* bias;  // [N] or nullptr
+  void* y;
+  int64_t ldy;
+  Activation activation;
+  DType dtype;
+  float* workspace;  // workspace_floats() fp32 entries (need not be zeroed), or nullptr when that is 0
+  int num_sms;
+  cudaStream_t stream;
+};
+
+constexpr int kSmallM = 16;  // M up to this runs the memory-bound SpMV kernel, larger M the SIMT SpMM
+
+// fp32 entries of the split-K workspace the launch needs (0: none).
+int64_t workspace_floats(const PackedNMView& w, const Problem& p);
+
+// Launches the N:M GEMM; returns nullptr on success, else a static error message (every launch is checked).
+const char* launch_nm_matmul(const PackedNMView& w, const Problem& p);
+
+}  // namespace nm
+}  // namespace sparseprune
