@@ -1,0 +1,155 @@
+"""Packing of element- and vector-wise N:M weights, the torch reference op and the route checks (CPU)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from sparseprune.errors import UserError
+from sparseprune.export.formats.nm import (
+    PackedNM,
+    nm_matmul,
+    pack_nm,
+    tw_granularity,
+    tw_view,
+)
+from sparseprune.export.formats.tw import tw_matmul_reference
+
+
+def random_nm_mask(k: int, n: int, kept: int, m: int, vector: int, generator: torch.Generator) -> torch.Tensor:
+    """Boolean K x N mask keeping `kept` random entries of every group of m, shared by blocks of `vector` columns."""
+    scores = torch.rand(k // m, m, n // vector, generator=generator)
+    top = scores.topk(kept, dim=1).indices
+    keep = torch.zeros(scores.shape, dtype=torch.bool).scatter_(1, top, True)
+    return keep.repeat_interleave(vector, dim=2).reshape(k, n)
+
+
+def _dense_reference(x: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, act: str | None) -> torch.Tensor:
+    y = x.double() @ b.double()
+    if bias is not None:
+        y = y + bias.double()
+    if act == "relu":
+        y = torch.relu(y)
+    elif act == "gelu":
+        y = F.gelu(y)
+    return y
+
+
+def test_hand_written_element_wise_layout() -> None:
+    b = torch.arange(1, 17, dtype=torch.float32).reshape(8, 2)  # K = 8 (two groups of 4), N = 2
+    mask = torch.zeros(8, 2, dtype=torch.bool)
+    mask[[1, 3, 4, 6], 0] = True
+    mask[[0, 2, 5, 7], 1] = True
+    packed = pack_nm(b, mask, m=4)
+    assert (packed.m, packed.kept, packed.vector) == (4, 2, 1)
+    assert packed.idx.dtype == torch.uint8
+    assert packed.idx.tolist() == [[1, 0], [3, 2], [0, 1], [2, 3]]
+    assert packed.values.tolist() == [[3.0, 2.0], [7.0, 6.0], [9.0, 12.0], [13.0, 16.0]]
+    torch.testing.assert_close(packed.dense(), b * mask, rtol=0, atol=0)
+    assert torch.equal(packed.keep_mask(), mask)
+
+
+def test_hand_written_vector_wise_layout() -> None:
+    b = torch.arange(1, 33, dtype=torch.float32).reshape(4, 8)  # one group of 4, blocks of 4 columns
+    mask = torch.zeros(4, 8, dtype=torch.bool)
+    mask[[0, 3], :4] = True
+    mask[[1, 2], 4:] = True
+    packed = pack_nm(b, mask, m=4, vector=4)
+    assert packed.idx.tolist() == [[0, 1], [3, 2]]
+    assert packed.values[:, :4].tolist() == [[1.0, 2.0, 3.0, 4.0], [25.0, 26.0, 27.0, 28.0]]
+    assert packed.values[:, 4:].tolist() == [[13.0, 14.0, 15.0, 16.0], [21.0, 22.0, 23.0, 24.0]]
+    torch.testing.assert_close(packed.matmul(torch.eye(4)), b * mask, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(("kept", "m", "vector"), [(2, 4, 1), (1, 8, 1), (4, 16, 2), (3, 32, 1), (1, 4, 16)])
+@pytest.mark.parametrize("activation", [None, "relu", "gelu"])
+def test_reference_matches_masked_dense(kept: int, m: int, vector: int, activation: str | None) -> None:
+    gen = torch.Generator().manual_seed(kept * 100 + m + vector)
+    k, n = 4 * m, 48
+    mask = random_nm_mask(k, n, kept, m, vector, gen)
+    b = torch.randn(k, n, generator=gen, dtype=torch.float64)
+    x = torch.randn(5, 3, k, generator=gen, dtype=torch.float64)
+    bias = torch.randn(n, generator=gen, dtype=torch.float64)
+    packed = pack_nm(b * mask, mask, m, vector)
+    assert packed.values.shape == (k // m * kept, n) and packed.idx.shape == (k // m * kept, n // vector)
+    y = packed.matmul(x, bias, activation)
+    assert y.shape == (5, 3, n)
+    torch.testing.assert_close(y, _dense_reference(x, b * mask, bias, activation), rtol=1e-10, atol=1e-10)
+
+
+def test_round_trip_through_tensors() -> None:
+    gen = torch.Generator().manual_seed(0)
+    mask = random_nm_mask(64, 32, 1, 4, 8, gen)
+    packed = pack_nm(torch.randn(64, 32, generator=gen), mask, 4, 8)
+    again = PackedNM.from_tensors(packed.tensors(), json.loads(json.dumps(packed.metadata())))
+    assert torch.equal(again.dense(), packed.dense())
+    half = packed.to("cpu", torch.float16)
+    assert half.values.dtype == torch.float16 and half.idx.dtype == torch.uint8
+
+
+def test_pack_rejects_bad_masks() -> None:
+    b = torch.randn(8, 8)
+    uneven = torch.zeros(8, 8, dtype=torch.bool)
+    uneven[0, :] = True
+    with pytest.raises(UserError, match="different counts"):
+        pack_nm(b, uneven, 4)
+    ragged_blocks = random_nm_mask(8, 8, 1, 4, 1, torch.Generator().manual_seed(1))
+    ragged_blocks[:4, 0], ragged_blocks[:4, 1] = torch.tensor([1, 0, 0, 0]).bool(), torch.tensor([0, 1, 0, 0]).bool()
+    with pytest.raises(UserError, match="vector-wise"):
+        pack_nm(b, ragged_blocks, 4, vector=2)
+    with pytest.raises(UserError, match="M \\| K"):
+        pack_nm(b, torch.ones(8, 8, dtype=torch.bool), 3)
+    with pytest.raises(UserError, match="boolean"):
+        pack_nm(b, torch.ones(8, 8), 4)
+    with pytest.raises(UserError, match="differs"):
+        pack_nm(b, torch.ones(4, 8, dtype=torch.bool), 4)
+
+
+@pytest.mark.parametrize(
+    ("kept", "m", "n", "reason"),
+    [(1, 64, 8, "power of two"), (3, 12, 8, "power of two"), (4, 4, 8, "1 <= N < M"), (1, 4, 12, "multiple of 8")],
+)
+def test_kernel_range_is_explained(kept: int, m: int, n: int, reason: str) -> None:
+    k = 2 * m
+    mask = random_nm_mask(k, n, kept, m, 1, torch.Generator().manual_seed(m))
+    packed = pack_nm(torch.randn(k, n), mask, m)
+    assert reason in packed.kernel_unsupported()
+    torch.testing.assert_close(packed.matmul(torch.ones(2, k)), torch.ones(2, k) @ packed.dense())
+
+
+def test_forced_kernel_without_cuda_raises() -> None:
+    mask = random_nm_mask(32, 16, 2, 4, 16, torch.Generator().manual_seed(2))
+    packed = pack_nm(torch.randn(32, 16), mask, 4, 16)
+    x = torch.randn(3, 32)
+    for kernel in ("simt", "tw"):
+        with pytest.raises(UserError, match="cannot run"):
+            nm_matmul(x, packed, kernel=kernel)
+    with pytest.raises(UserError, match="kernel must be one of"):
+        nm_matmul(x, packed, kernel="cusparse")
+    with pytest.raises(UserError, match="activation"):
+        nm_matmul(x, packed, activation="tanh")
+    with pytest.raises(UserError, match="bias"):
+        nm_matmul(x, packed, bias=torch.zeros(3))
+    with pytest.raises(UserError, match="features"):
+        nm_matmul(torch.randn(3, 16), packed)
+
+
+@pytest.mark.parametrize(("vector", "granularity"), [(16, 32), (32, 32), (64, 64), (128, 128), (256, 128)])
+def test_vector_wise_is_tile_wise(vector: int, granularity: int) -> None:
+    """The TW repack computes the same product, with one tile per V-column block (two for V = 256)."""
+    gen = torch.Generator().manual_seed(vector)
+    k, n = 64, 512
+    mask = random_nm_mask(k, n, 2, 8, vector, gen)
+    b = torch.randn(k, n, generator=gen) * mask
+    packed = pack_nm(b, mask, 8, vector)
+    view = tw_view(packed)
+    assert tw_granularity(vector) == granularity == view.granularity
+    assert view.num_tiles == n // min(vector, 128)
+    x = torch.randn(9, k, generator=gen)
+    torch.testing.assert_close(tw_matmul_reference(x, view), x @ b, rtol=1e-5, atol=1e-5)
+    assert tw_view(packed) is view, "the repack is memoised per values tensor"
+    packed.values.mul_(2)
+    assert tw_view(packed) is not view, "an in-place change to the values invalidates the repack"
