@@ -144,7 +144,7 @@ def nm_matmul(
     if bias is not None and bias.numel() != n:
         raise UserError(f"bias has {bias.numel()} entries, expected N = {n}")
     rows = x.reshape(-1, k)
-    route = _auto_route(rows, packed) if kernel == "auto" else kernel
+    route = auto_route(rows, packed) if kernel == "auto" else kernel
     if route != "reference":
         why = _route_unavailable(rows, packed, route)
         if why is not None:
@@ -195,7 +195,8 @@ def _route_unavailable(x: torch.Tensor, packed: PackedNM, route: str) -> str | N
     return why
 
 
-def _auto_route(x: torch.Tensor, packed: PackedNM) -> str:
+def auto_route(x: torch.Tensor, packed: PackedNM) -> str:
+    """The route "auto" takes for these rows of x: "tw", "simt" or "reference"."""
     if _route_unavailable(x, packed, "simt") is not None:
         return "reference"
     if x.shape[0] > SMALL_M and _route_unavailable(x, packed, "tw") is None:
