@@ -9,6 +9,7 @@
 #include <torch/csrc/utils/pybind.h>  // not torch/extension.h: the full C++ API takes minutes to compile
 
 #include <optional>
+#include <string>
 
 #include "nm_gemm.h"
 #include "tw_gemm.h"
@@ -17,6 +18,16 @@ namespace {
 
 namespace nm = sparseprune::nm;
 namespace tw = sparseprune::tw;
+
+// Numbers in error messages are formatted here, not streamed: TORCH_CHECK streams into an ostringstream, and
+// integer formatting through it crashed where the extension's C++ runtime differs from torch's (a newer host g++).
+std::string num(int64_t value) { return std::to_string(value); }
+
+std::string shape(at::IntArrayRef sizes) {
+  std::string out = "[";
+  for (size_t i = 0; i < sizes.size(); ++i) out += (i ? ", " : "") + std::to_string(sizes[i]);
+  return out + "]";
+}
 
 void check_cuda_tensor(const at::Tensor& t, const char* name, const at::Device& device) {
   TORCH_CHECK(t.is_cuda(), name, " must be a CUDA tensor");
@@ -27,7 +38,7 @@ void check_cuda_tensor(const at::Tensor& t, const char* name, const at::Device& 
 void check_index(const at::Tensor& t, const char* name, const at::Device& device, int64_t numel) {
   check_cuda_tensor(t, name, device);
   TORCH_CHECK(t.scalar_type() == at::kInt, name, " must be int32, got ", t.scalar_type());
-  TORCH_CHECK(numel < 0 || t.numel() == numel, name, " must have ", numel, " entries, got ", t.numel());
+  TORCH_CHECK(numel < 0 || t.numel() == numel, name, " must have ", num(numel), " entries, got ", num(t.numel()));
 }
 
 int sm_count(int device) {
@@ -48,21 +59,21 @@ at::Tensor tw_matmul(const at::Tensor& x, const at::Tensor& values, const at::Te
                      const std::optional<at::Tensor>& res_ptr, const std::optional<at::Tensor>& res_rows,
                      const std::optional<at::Tensor>& res_vals, int64_t K, int64_t N, int64_t granularity,
                      int64_t max_tile_k, int64_t activation, bool feature_major, int64_t path) {
-  TORCH_CHECK(x.dim() == 2, "x must be 2-D, got ", x.dim(), "-D");
+  TORCH_CHECK(x.dim() == 2, "x must be 2-D, got ", num(x.dim()), "-D");
   TORCH_CHECK(x.is_cuda(), "x must be a CUDA tensor");
   const at::Device device = x.device();
   check_cuda_tensor(x, "x", device);
   const auto dtype = x.scalar_type();
   TORCH_CHECK(dtype == at::kHalf || dtype == at::kBFloat16, "x must be float16 or bfloat16, got ", dtype);
   const int64_t M = feature_major ? x.size(1) : x.size(0);
-  TORCH_CHECK((feature_major ? x.size(0) : x.size(1)) == K, "x has K = ", feature_major ? x.size(0) : x.size(1),
-              " but the packed weight has K = ", K);
-  TORCH_CHECK(K % 8 == 0 && N % 8 == 0, "K and N must be multiples of 8, got K = ", K, ", N = ", N);
+  TORCH_CHECK((feature_major ? x.size(0) : x.size(1)) == K, "x has K = ", num(feature_major ? x.size(0) : x.size(1)),
+              " but the packed weight has K = ", num(K));
+  TORCH_CHECK(K % 8 == 0 && N % 8 == 0, "K and N must be multiples of 8, got K = ", num(K), ", N = ", num(N));
   TORCH_CHECK(granularity == 32 || granularity == 64 || granularity == 128, "granularity must be 32, 64 or 128");
   TORCH_CHECK(activation >= 0 && activation <= 2, "activation code must be 0 (none), 1 (relu) or 2 (gelu)");
   TORCH_CHECK(path >= 0 && path <= 2, "path must be 0 (auto), 1 (mma.sync) or 2 (wgmma)");
   TORCH_CHECK(!feature_major || M % 8 == 0 || M <= tw::kSmallM,
-              "feature-major x needs M a multiple of 8 (16-byte rows), got M = ", M);
+              "feature-major x needs M a multiple of 8 (16-byte rows), got M = ", num(M));
   TORCH_CHECK(aligned16(x.data_ptr()), "x must be 16-byte aligned");
 
   check_cuda_tensor(values, "values", device);
@@ -72,17 +83,17 @@ at::Tensor tw_matmul(const at::Tensor& x, const at::Tensor& values, const at::Te
   const int64_t num_tiles = tile_ptr.numel() - 1;
   check_index(tile_ptr, "tile_ptr", device, -1);
   check_index(rows, "rows", device, -1);
-  TORCH_CHECK(rows.numel() % tw::kKStep == 0, "rows must be padded to a multiple of ", tw::kKStep);
+  TORCH_CHECK(rows.numel() % tw::kKStep == 0, "rows must be padded to a multiple of ", num(tw::kKStep));
   TORCH_CHECK(values.numel() == rows.numel() * granularity, "values must hold rows x G = ",
-              rows.numel() * granularity, " entries, got ", values.numel());
+              num(rows.numel() * granularity), " entries, got ", num(values.numel()));
   check_index(cols, "cols", device, num_tiles * granularity);
   check_index(col_pos, "col_pos", device, N);
   check_index(pruned_cols, "pruned_cols", device, -1);
-  TORCH_CHECK(max_tile_k >= 0 && max_tile_k % tw::kKStep == 0, "max_tile_k must be a multiple of ", tw::kKStep);
+  TORCH_CHECK(max_tile_k >= 0 && max_tile_k % tw::kKStep == 0, "max_tile_k must be a multiple of ", num(tw::kKStep));
   if (bias.has_value()) {
     check_cuda_tensor(*bias, "bias", device);
     TORCH_CHECK(bias->scalar_type() == dtype, "bias is ", bias->scalar_type(), " but x is ", dtype);
-    TORCH_CHECK(bias->numel() == N, "bias must have N = ", N, " entries, got ", bias->numel());
+    TORCH_CHECK(bias->numel() == N, "bias must have N = ", num(N), " entries, got ", num(bias->numel()));
   }
   const bool has_residual = res_ptr.has_value();
   TORCH_CHECK(has_residual == res_rows.has_value() && has_residual == res_vals.has_value(),
@@ -163,35 +174,35 @@ at::Tensor tw_matmul(const at::Tensor& x, const at::Tensor& values, const at::Te
 at::Tensor nm_matmul(const at::Tensor& x, const at::Tensor& values, const at::Tensor& idx,
                      const std::optional<at::Tensor>& bias, int64_t K, int64_t N, int64_t m, int64_t kept,
                      int64_t vector, int64_t activation) {
-  TORCH_CHECK(x.dim() == 2, "x must be 2-D (M, K), got ", x.dim(), "-D");
+  TORCH_CHECK(x.dim() == 2, "x must be 2-D (M, K), got ", num(x.dim()), "-D");
   TORCH_CHECK(x.is_cuda(), "x must be a CUDA tensor");
   const at::Device device = x.device();
   check_cuda_tensor(x, "x", device);
   const auto dtype = x.scalar_type();
   TORCH_CHECK(dtype == at::kHalf || dtype == at::kBFloat16, "x must be float16 or bfloat16, got ", dtype);
-  TORCH_CHECK(x.size(1) == K, "x has K = ", x.size(1), " but the packed weight has K = ", K);
-  TORCH_CHECK(m >= 2 && m <= 32 && (m & (m - 1)) == 0, "N:M kernels need M a power of two in [2, 32], got M = ", m);
-  TORCH_CHECK(kept >= 1 && kept < m, "N:M kernels need 1 <= N < M, got N = ", kept, ", M = ", m);
-  TORCH_CHECK(K >= 0 && K % m == 0, "K must be a multiple of M, got K = ", K, ", M = ", m);
-  TORCH_CHECK(N > 0 && N % 8 == 0, "N must be a positive multiple of 8 (16-byte value rows), got N = ", N);
-  TORCH_CHECK(vector >= 1 && N % vector == 0, "vector must divide N, got vector = ", vector, ", N = ", N);
+  TORCH_CHECK(x.size(1) == K, "x has K = ", num(x.size(1)), " but the packed weight has K = ", num(K));
+  TORCH_CHECK(m >= 2 && m <= 32 && (m & (m - 1)) == 0, "N:M kernels need M a power of two in [2, 32], got M = ", num(m));
+  TORCH_CHECK(kept >= 1 && kept < m, "N:M kernels need 1 <= N < M, got N = ", num(kept), ", M = ", num(m));
+  TORCH_CHECK(K >= 0 && K % m == 0, "K must be a multiple of M, got K = ", num(K), ", M = ", num(m));
+  TORCH_CHECK(N > 0 && N % 8 == 0, "N must be a positive multiple of 8 (16-byte value rows), got N = ", num(N));
+  TORCH_CHECK(vector >= 1 && N % vector == 0, "vector must divide N, got vector = ", num(vector), ", N = ", num(N));
   TORCH_CHECK(activation >= 0 && activation <= 2, "activation code must be 0 (none), 1 (relu) or 2 (gelu)");
   const int64_t rows = K / m * kept;
 
   check_cuda_tensor(values, "values", device);
   TORCH_CHECK(values.scalar_type() == dtype, "values are ", values.scalar_type(), " but x is ", dtype);
   TORCH_CHECK(values.dim() == 2 && values.size(0) == rows && values.size(1) == N, "values must be (K/M*kept, N) = (",
-              rows, ", ", N, "), got ", values.sizes());
+              num(rows), ", ", num(N), "), got ", shape(values.sizes()));
   TORCH_CHECK(aligned16(values.data_ptr()), "values must be 16-byte aligned");
   check_cuda_tensor(idx, "idx", device);
   TORCH_CHECK(idx.scalar_type() == at::kByte, "idx must be uint8, got ", idx.scalar_type());
   TORCH_CHECK(idx.dim() == 2 && idx.size(0) == rows && idx.size(1) == N / vector, "idx must be (K/M*kept, N/vector) = (",
-              rows, ", ", N / vector, "), got ", idx.sizes());
+              num(rows), ", ", num(N / vector), "), got ", shape(idx.sizes()));
   TORCH_CHECK(reinterpret_cast<uintptr_t>(idx.data_ptr()) % 8 == 0, "idx must be 8-byte aligned");
   if (bias.has_value()) {
     check_cuda_tensor(*bias, "bias", device);
     TORCH_CHECK(bias->scalar_type() == dtype, "bias is ", bias->scalar_type(), " but x is ", dtype);
-    TORCH_CHECK(bias->numel() == N, "bias must have N = ", N, " entries, got ", bias->numel());
+    TORCH_CHECK(bias->numel() == N, "bias must have N = ", num(N), " entries, got ", num(bias->numel()));
   }
 
   const c10::cuda::CUDAGuard guard(device);
