@@ -6,19 +6,25 @@ validators train.py uses, so the error names the key exactly as a run would.
 
     python -m sparseprune.sweeps conf/sweep/patterns.yaml                       # check it, list its runs
     python -m sparseprune.sweeps conf/sweep/patterns.yaml --run sweeps/patterns  # run it locally, resumable
+    python -m sparseprune.sweeps conf/sweep/vgg16_fmnist.yaml --run sweeps/vgg16 --export --jobs 3 init_ckpt=...
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import itertools
 import json
 import logging
 import math
+import os
+import queue
 import random
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -95,11 +101,12 @@ def check_run(overrides: list[str]) -> None:
         raise UserError(f"sweep run {' '.join(overrides)}: {error}") from None
 
 
-def check_sweep(path: Path) -> list[list[str]]:
+def check_sweep(path: Path, extra: tuple[str, ...] = ()) -> list[list[str]]:
+    """The sweep's grid (or checked corners), each composed together with the `extra` overrides of every run."""
     sweep = load_sweep(path)
     runs = grid_runs(sweep)
     for overrides in runs:
-        check_run(overrides)
+        check_run([*overrides, *extra])
     return runs
 
 
@@ -128,29 +135,83 @@ def _draw(spec: dict[str, Any], generator: random.Random) -> Any:
     return float(f"{generator.uniform(low, high):.6g}")
 
 
-def run_locally(path: Path, out_dir: Path, extra: list[str], train_script: Path) -> list[dict[str, Any]]:
-    """Run every point of the sweep with train.py, one after another; points with a summary are skipped, so an
-    interrupted sweep resumes. The results directory belongs to one sweep file: another one is refused."""
-    check_sweep(path)  # refuses a bad sweep before anything runs
+@dataclass(frozen=True)
+class LocalRun:
+    """How `run_locally` runs the points: `jobs` at once (round-robin over `devices`, GPU ids, when given),
+    each trained with `extra` overrides and, with `export`, packed and timed by export.py."""
+
+    extra: tuple[str, ...] = ()
+    export: bool = False
+    jobs: int = 1
+    devices: tuple[str, ...] = ()
+
+
+def run_locally(path: Path, out_dir: Path, options: LocalRun = LocalRun()) -> list[dict[str, Any]]:
+    """Run every point of the sweep with train.py (and export.py); a point with a summary (and export report) is
+    skipped, so an interrupted sweep resumes. The results directory belongs to one sweep file: another is refused."""
+    if options.jobs < 1:
+        raise UserError(f"--jobs must be at least 1, got {options.jobs}")
+    check_sweep(path, options.extra)  # refuses a bad sweep (or extra override) before anything runs
     runs = sample_runs(load_sweep(path))
     identity = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
     out_dir.mkdir(parents=True, exist_ok=True)
     marker = out_dir / "sweep.json"
     if marker.exists() and json.loads(marker.read_text())["sweep_hash"] != identity:
         raise UserError(f"{out_dir} holds results of another sweep file; choose a new --run directory")
-    marker.write_text(json.dumps({"sweep": str(path), "sweep_hash": identity, "extra": extra}, indent=2))
-    results = []
-    for index, overrides in enumerate(runs):
-        run_dir = out_dir / f"run{index:03d}"
-        summary = run_dir / "summary.json"
-        if not summary.exists():
-            command = [sys.executable, str(train_script), *overrides, *extra, f"hydra.run.dir={run_dir}"]
-            log.info("sweep run %d/%d: %s", index + 1, len(runs), " ".join(overrides))
-            if subprocess.run(command, check=False).returncode != 0:
-                raise UserError(f"sweep run {index} failed: {' '.join(overrides)} (see {run_dir})")
-        results.append({"run": index, "overrides": overrides, **json.loads(summary.read_text())})
+    marker.write_text(json.dumps({"sweep": str(path), "sweep_hash": identity, "extra": list(options.extra)}, indent=2))
+    slots: queue.Queue[int] = queue.Queue()
+    for slot in range(options.jobs):
+        slots.put(slot)
+
+    def run_point(index: int) -> str | None:
+        slot = slots.get()
+        try:
+            device = options.devices[slot % len(options.devices)] if options.devices else None
+            return _run_point(index, runs[index], len(runs), out_dir / f"run{index:03d}", options, device)
+        finally:
+            slots.put(slot)
+
+    with ThreadPoolExecutor(max_workers=options.jobs) as pool:
+        failures = [failure for failure in pool.map(run_point, range(len(runs))) if failure]
+    if failures:
+        raise UserError(
+            f"{len(failures)} of {len(runs)} sweep runs failed (finished ones are kept): " + "; ".join(failures)
+        )
+    results = [
+        {"run": index, "overrides": overrides, **json.loads((out_dir / f"run{index:03d}" / "summary.json").read_text())}
+        for index, overrides in enumerate(runs)
+    ]
     (out_dir / "results.json").write_text(json.dumps(results, indent=2))
     return results
+
+
+def _run_point(
+    index: int, overrides: list[str], total: int, run_dir: Path, options: LocalRun, device: str | None
+) -> str | None:
+    """Train (and export) one point unless done; returns None, or what failed and where its log is."""
+    root = CONF_DIR.parent
+    steps = []
+    if not (run_dir / "summary.json").exists():
+        train = [str(root / "train.py"), *overrides, *options.extra, f"hydra.run.dir={run_dir}"]
+        steps.append(("train", train, run_dir / "train.console.log"))
+    if options.export and not (run_dir / "export" / "export_report.json").exists():
+        export = [
+            str(root / "export.py"),
+            f"ckpt={run_dir / 'checkpoints' / 'last.ckpt'}",
+            f"out_dir={run_dir / 'export'}",
+        ]
+        steps.append(("export", export, run_dir / "export.console.log"))
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": device} if device is not None else None
+    for step, arguments, log_path in steps:
+        log.info("sweep run %d/%d %s: %s", index + 1, total, step, " ".join(overrides))
+        run_dir.mkdir(parents=True, exist_ok=True)
+        # One job at a time keeps the terminal (progress bars); parallel jobs write their own logs.
+        with open(log_path, "w") if options.jobs > 1 else contextlib.nullcontext() as output:
+            stream = {"stdout": output, "stderr": subprocess.STDOUT} if output else {}
+            returncode = subprocess.run([sys.executable, *arguments], env=env, check=False, **stream).returncode
+        if returncode != 0:
+            return f"run {index} {step} ({' '.join(overrides)}, see {log_path if options.jobs > 1 else run_dir})"
+    return None
 
 
 def main() -> None:
@@ -158,14 +219,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description="Check a W&B sweep file against the config, list or run it.")
     parser.add_argument("sweep", type=Path)
     parser.add_argument("--run", type=Path, help="run the sweep locally into this results directory (resumable)")
+    parser.add_argument("--export", action="store_true", help="also pack and time every run with export.py")
+    parser.add_argument("--jobs", type=int, default=1, help="runs at once (several fit on one GPU; logs per run)")
+    parser.add_argument("--devices", default="", help="comma-separated GPU ids the jobs take in turn, e.g. 0,1")
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides for every run, e.g. logger=csv")
-    args = parser.parse_args()
+    args = parser.parse_intermixed_args()  # overrides may follow the options
     try:
         if args.run:
-            results = run_locally(args.sweep, args.run, args.overrides, CONF_DIR.parent / "train.py")
+            devices = tuple(d for d in args.devices.split(",") if d)
+            options = LocalRun(tuple(args.overrides), args.export, args.jobs, devices)
+            results = run_locally(args.sweep, args.run, options)
             print(f"{len(results)} runs; results in {args.run / 'results.json'}")
             return
-        runs = check_sweep(args.sweep)
+        runs = check_sweep(args.sweep, tuple(args.overrides))
     except UserError as error:
         raise SystemExit(f"error: {error}") from None
     for overrides in runs:

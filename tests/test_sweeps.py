@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 import yaml
 
 from sparseprune.errors import UserError
-from sparseprune.sweeps import CONF_DIR, check_sweep, grid_runs, load_sweep, run_locally, sample_runs
-
-TRAIN = CONF_DIR.parent / "train.py"
+from sparseprune.sweeps import CONF_DIR, LocalRun, check_sweep, grid_runs, load_sweep, run_locally, sample_runs
 
 SWEEPS = sorted((CONF_DIR / "sweep").glob("*.yaml"))
 
@@ -81,23 +80,51 @@ def test_random_sweeps_sample_inside_their_ranges() -> None:
         assert values["schedule.stages"] in {"1", "2", "3", "4"}
 
 
+TINY = (
+    "trainer=debug",
+    "logger=none",
+    "importance=magnitude",
+    "model.width_multiplier=0.25",
+    "data.train_subset=64",
+)
+
+
 def test_local_run_resumes_and_refuses_another_sweep(tmp_path: Path) -> None:
     sweep = write_sweep(tmp_path, {"pattern": {"values": ["ew", "nm"]}, "schedule.target": {"value": 0.75}})
     out = tmp_path / "results"
-    tiny = [
-        "trainer=debug",
-        "logger=none",
-        "importance=magnitude",
-        "model.width_multiplier=0.25",
-        "data.train_subset=64",
-    ]
-    results = run_locally(sweep, out, tiny, TRAIN)
+    results = run_locally(sweep, out, LocalRun(TINY))
     assert [r["pattern"]["name"] for r in results] == ["ew", "nm"]
     first_summary = (out / "run000" / "summary.json").stat().st_mtime_ns
-    again = run_locally(sweep, out, tiny, TRAIN)
+    again = run_locally(sweep, out, LocalRun(TINY))
     assert (out / "run000" / "summary.json").stat().st_mtime_ns == first_summary, "a finished run was rerun"
     assert [r["stages"] for r in again] == [r["stages"] for r in results]
     other = tmp_path / "other.yaml"
     other.write_text(sweep.read_text().replace("nm", "vw"))
     with pytest.raises(UserError, match="another sweep"):
-        run_locally(other, out, tiny, TRAIN)
+        run_locally(other, out, LocalRun(TINY))
+
+
+def test_parallel_jobs_export_every_point_and_log_per_run(tmp_path: Path) -> None:
+    sweep = write_sweep(tmp_path, {"pattern": {"values": ["ew", "tw"]}, "schedule.target": {"value": 0.5}})
+    out = tmp_path / "results"
+    options = LocalRun((*TINY, "pattern.granularity=8"), export=True, jobs=2)
+    with pytest.raises(UserError, match="pattern.granularity"):
+        run_locally(sweep, out, options)  # EW has no granularity: refused before anything runs
+    options = LocalRun(TINY, export=True, jobs=2)
+    results = run_locally(sweep, out, options)
+    assert [r["pattern"]["name"] for r in results] == ["ew", "tw"]
+    for run in ("run000", "run001"):
+        report = json.loads((out / run / "export" / "export_report.json").read_text())
+        assert report["speedup"] > 0
+        assert (out / run / "train.console.log").read_text() and (out / run / "export.console.log").exists()
+    exported = (out / "run001" / "export" / "export_report.json").stat().st_mtime_ns
+    run_locally(sweep, out, options)
+    assert (out / "run001" / "export" / "export_report.json").stat().st_mtime_ns == exported, "re-exported"
+
+
+def test_failed_points_are_reported_and_jobs_must_be_positive(tmp_path: Path) -> None:
+    sweep = write_sweep(tmp_path, {"pattern": {"value": "ew"}, "schedule.target": {"value": 0.5}})
+    with pytest.raises(UserError, match="at least 1"):
+        run_locally(sweep, tmp_path / "out", LocalRun(TINY, jobs=0))
+    with pytest.raises(UserError, match=r"1 of 1 sweep runs failed.*run 0 train.*train.console.log"):
+        run_locally(sweep, tmp_path / "out", LocalRun((*TINY, f"init_ckpt={tmp_path}/missing.ckpt"), jobs=2))
