@@ -1,8 +1,9 @@
 """Turn train.py run summaries into one results table (JSON + markdown) under bench/results/.
 
 Usage: python bench/collect_runs.py --out bench/results/NAME --command "what produced the runs" \
-           LABEL=path/to/summary.json [LABEL=...]
-The first run is the reference the others' accuracy deltas are taken against.
+           [--metric test/bleu] [LABEL=path/to/summary.json ...] [--sweep SWEEP_RESULTS_DIR ...]
+The first run is the reference the others' deltas (in points of --metric) are taken against. A sweep directory
+(written by `python -m sparseprune.sweeps ... --run DIR`) adds each of its runs, labelled by its overrides.
 """
 
 from __future__ import annotations
@@ -25,10 +26,15 @@ def _row(label: str, summary: dict) -> dict:
         "pattern": name,
         "options": pattern,
         "sparsity": final.get("sparsity", 0.0),
+        "monitor": monitor,
         "val_per_stage": [round(s.get(monitor, float("nan")), 4) for s in stages],
-        "val": final.get(monitor),
-        "test": summary["test"].get("test/acc"),
+        "test": {k: v for k, v in summary["test"].items() if not k.endswith(("/loss", "/ppl"))},
     }
+
+
+def _sweep_rows(results_dir: Path) -> list[dict]:
+    runs = json.loads((results_dir / "results.json").read_text())
+    return [_row(" ".join(o.split("=", 1)[1] for o in run["overrides"]), run) for run in runs]
 
 
 def _number(value: float | None, spec: str) -> str:
@@ -40,35 +46,47 @@ def main() -> None:
     parser.add_argument("--out", required=True, type=Path, help="results path without suffix")
     parser.add_argument("--command", required=True, help="the command line that produced the runs")
     parser.add_argument("--device", default="", help="device the runs trained on")
-    parser.add_argument("runs", nargs="+", help="LABEL=summary.json")
+    parser.add_argument("--metric", default="test/acc", help="test metric the deltas are taken in")
+    parser.add_argument(
+        "--scale", type=float, default=100, help="points per metric unit (100 for accuracy, 1 for BLEU)"
+    )
+    parser.add_argument("--sweep", type=Path, action="append", default=[], help="a local sweep's results directory")
+    parser.add_argument("runs", nargs="*", help="LABEL=summary.json")
     args = parser.parse_args()
     rows = []
     for item in args.runs:
         label, _, path = item.partition("=")
         rows.append(_row(label, json.loads(Path(path).read_text())))
-    reference = rows[0]["test"]
+    for results_dir in args.sweep:
+        rows += _sweep_rows(results_dir)
+    if not rows:
+        parser.error("no runs given")
+    reference = rows[0]["test"].get(args.metric)
     for row in rows:
-        known = reference is not None and row["test"] is not None
-        row["test_delta_points"] = round(100 * (row["test"] - reference), 2) if known else None
+        value = row["test"].get(args.metric)
+        known = reference is not None and value is not None
+        row["delta_points"] = round(args.scale * (value - reference), 2) if known else None
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".json").write_text(
-        json.dumps({"command": args.command, "device": args.device, "runs": rows}, indent=2)
+        json.dumps({"command": args.command, "device": args.device, "metric": args.metric, "runs": rows}, indent=2)
     )
+    tests = sorted({k for row in rows for k in row["test"]}, key=lambda k: (k != args.metric, k))
+    monitor = rows[-1]["monitor"]
+    delta = f"Δ {args.metric} vs first (points)"
     lines = [
         f"Command: `{args.command}`",
         "",
         f"Device: {args.device}" if args.device else "",
         "",
-        "| run | pattern | options | sparsity | val acc per stage | test acc | Δ test vs first (points) |",
-        "|---|---|---|---|---|---|---|",
+        "| " + " | ".join(["run", "pattern", "options", "sparsity", f"{monitor} per stage", *tests, delta]) + " |",
+        "|---|---|---|---|---|" + "---|" * len(tests) + "---|",
     ]
     for row in rows:
         options = ", ".join(f"{k}={v}" for k, v in row["options"].items())
         per_stage = " → ".join(f"{v:.4f}" for v in row["val_per_stage"])
-        lines.append(
-            f"| {row['run']} | {row['pattern']} | {options} | {row['sparsity']:.4f} | {per_stage} | "
-            f"{_number(row['test'], '.4f')} | {_number(row['test_delta_points'], '+.2f')} |"
-        )
+        values = [_number(row["test"].get(k), ".4f") for k in tests]
+        cells = [row["run"], row["pattern"], options, f"{row['sparsity']:.4f}", per_stage, *values]
+        lines.append("| " + " | ".join([*cells, _number(row["delta_points"], "+.2f")]) + " |")
     args.out.with_suffix(".md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 import torch
@@ -52,11 +53,18 @@ def accuracy_vs_sparsity_figure(points: Mapping[str, list[tuple[float, float]]],
 
 
 def speedup_vs_accuracy_figure(points: Mapping[str, tuple[float, float]], metric: str) -> Figure:
-    """Each run's export speedup against its accuracy, the Pareto front drawn through the best: Fig. 14."""
-    figure, axes = plt.subplots(figsize=(5.5, 3.8), layout="constrained")
+    """Each run's export speedup against its accuracy, the Pareto front drawn through the best: Fig. 14.
+
+    Points are keyed "pattern@sparsity": one colour per pattern (in the legend), the sparsity written beside it."""
+    figure, axes = plt.subplots(figsize=(6.5, 4.2), layout="constrained")
+    colours: dict[str, Any] = {}
     for label, (speedup, accuracy) in points.items():
-        axes.scatter(speedup, accuracy)
-        axes.annotate(label, (speedup, accuracy), fontsize=7, xytext=(3, 3), textcoords="offset points")
+        pattern, _, sparsity = label.rpartition("@")
+        pattern = pattern or label
+        first = pattern not in colours
+        dots = axes.scatter(speedup, accuracy, color=colours.get(pattern), label=pattern if first else None)
+        colours.setdefault(pattern, dots.get_facecolor()[0])
+        axes.annotate(sparsity, (speedup, accuracy), fontsize=6, xytext=(3, 3), textcoords="offset points")
     front, best = [], float("-inf")
     for speedup, accuracy in sorted(points.values(), reverse=True):
         if accuracy > best:
@@ -66,7 +74,7 @@ def speedup_vs_accuracy_figure(points: Mapping[str, tuple[float, float]], metric
     axes.set_xlabel("inference speedup over dense (×)")
     axes.set_ylabel(metric)
     axes.grid(alpha=0.3)
-    axes.legend()
+    axes.legend(fontsize=7, loc="best")
     return figure
 
 

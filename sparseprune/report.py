@@ -74,7 +74,7 @@ def build_report(results_dir: Path, log_to_wandb: bool = False) -> Path:
     figures_dir = results_dir / "figures"
     metric = _accuracy(runs[0])[0]
     lines = [
-        f"# Sweep report: {results_dir}",
+        f"# Sweep report: {results_dir.name}",
         "",
         f"| run | pattern | target | sparsity | {metric} | speedup |",
         "|---|---|---|---|---|---|",
