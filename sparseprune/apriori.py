@@ -11,7 +11,7 @@ from collections.abc import Mapping
 import torch
 
 from sparseprune.errors import UserError
-from sparseprune.ranking import Scope, Units
+from sparseprune.ranking import Scope, Units, as_scope
 
 
 def _tune_columns(
@@ -34,7 +34,7 @@ def apriori_tune(
     ew_keep: Mapping[str, torch.Tensor],
     top_fraction: float,
     last_fraction: float,
-    scope: Scope = "global",
+    scope: Scope | str = "global",
 ) -> dict[str, Units]:
     """Column units with the `top_fraction` EW-sparsest columns set to -inf and the `last_fraction`
     EW-densest set to +inf, ranked across all layers or within each, like the pruning itself."""
@@ -43,7 +43,7 @@ def apriori_tune(
             f"apriori fractions must lie in [0, 1] and sum to at most 1, got top={top_fraction}, last={last_fraction}"
         )
     density = {name: keep.float().mean(0) for name, keep in ew_keep.items()}
-    groups = [list(column_units)] if scope == "global" else [[name] for name in column_units]
+    groups = [list(column_units)] if as_scope(scope).kind == "global" else [[name] for name in column_units]
     tuned: dict[str, Units] = {}
     for names in groups:
         scores = _tune_columns(

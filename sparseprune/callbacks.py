@@ -23,6 +23,7 @@ from sparseprune.importance import KINDS, magnitude_scores, reduce_scores, taylo
 from sparseprune.masking import MaskedWeights, layer_sparsity, overall_sparsity
 from sparseprune.patterns import build_pattern
 from sparseprune.plots import layer_sparsity_figure, save_figure
+from sparseprune.ranking import Scope
 from sparseprune.schedule import Schedule
 
 log = logging.getLogger(__name__)
@@ -43,6 +44,7 @@ class StagedPruning(L.Callback):
         schedule: Mapping[str, Any],
         importance: Mapping[str, Any],
         scope: str = "global",
+        max_layer_sparsity: float = 1.0,
         exclude: list[str] | None = None,
         monitor: str | None = None,
         plot_dir: str | None = None,
@@ -54,12 +56,10 @@ class StagedPruning(L.Callback):
         self.importance = dict(importance)
         if self.importance.get("kind") not in KINDS:
             raise UserError(f"importance.kind must be one of {list(KINDS)}, got {self.importance.get('kind')!r}")
-        if scope not in ("global", "layer"):
-            raise UserError(f"pruning scope must be 'global' or 'layer', got {scope!r}")
         fixed = self.pattern.fixed_sparsity()
         if fixed is not None and abs(fixed - self.schedule.target) > 1e-9:
             raise UserError(f"pattern {self.pattern.name} fixes sparsity at {fixed:g}; set schedule.target={fixed:g}")
-        self.scope = scope
+        self.scope = Scope(scope, max_layer_sparsity)  # type: ignore[arg-type]
         self.exclude = exclude
         self.monitor = monitor
         self.plot_dir = Path(plot_dir) if plot_dir else None
@@ -114,7 +114,7 @@ class StagedPruning(L.Callback):
     def _prune_stage(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: int) -> None:
         target = self.schedule.stage_targets[stage]
         scores = self._scores(trainer, pl_module)
-        self.codes = self.pattern.keep_codes(scores, target, self.scope, self.schedule.target)  # type: ignore[arg-type]
+        self.codes = self.pattern.keep_codes(scores, target, self.scope, self.schedule.target)
         self._install_masks()
         self.completed_stage = stage
         achieved = overall_sparsity(self.codes)
@@ -186,7 +186,7 @@ class StagedPruning(L.Callback):
             "stage_results": list(self.stage_results),
             "pattern": dict(self.pattern_config),
             "schedule": {**asdict(self.schedule), "targets": list(self.schedule.targets)},
-            "scope": self.scope,
+            "scope": asdict(self.scope),
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:

@@ -15,7 +15,26 @@ import torch
 
 from sparseprune.errors import UserError
 
-Scope = Literal["global", "layer"]
+
+@dataclass(frozen=True)
+class Scope:
+    """Where units compete: across all layers ("global") or within each ("layer"). Globally, no layer gives up
+    more than `max_layer_sparsity` of its units (by size) in one ranking: without that floor, layers whose
+    scores run low are pruned away entirely and the network stops passing signal."""
+
+    kind: Literal["global", "layer"] = "global"
+    max_layer_sparsity: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("global", "layer"):
+            raise UserError(f"pruning scope must be 'global' or 'layer', got {self.kind!r}")
+        if not 0.0 < self.max_layer_sparsity <= 1.0:
+            raise UserError(f"max_layer_sparsity must lie in (0, 1], got {self.max_layer_sparsity}")
+
+
+def as_scope(scope: Scope | str) -> Scope:
+    """A Scope from itself or from its kind's name."""
+    return scope if isinstance(scope, Scope) else Scope(scope)  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)
@@ -49,23 +68,46 @@ def prune_lowest(units: Mapping[str, Units], n_prune: int) -> dict[str, torch.Te
     return dict(zip(names, torch.split(pruned, [units[n].scores.numel() for n in names]), strict=True))
 
 
+def protected_units(units: Units, max_sparsity: float) -> torch.Tensor:
+    """Flags of the highest-scored units that together hold at least 1 - `max_sparsity` of the layer's size."""
+    sizes = units.sizes.long().flatten()
+    floor = (1.0 - max_sparsity) * float(sizes.sum())
+    order = torch.sort(units.scores.double().flatten(), descending=True, stable=True).indices
+    before = torch.cumsum(sizes[order], 0) - sizes[order]  # size protected before each unit in this order
+    protected = torch.zeros_like(sizes, dtype=torch.bool)
+    protected[order[before < floor]] = True
+    return protected
+
+
 def prune_by_scope(
     units: Mapping[str, Units],
     numel: Mapping[str, int],
     sparsity: float,
-    scope: Scope,
+    scope: Scope | str,
     already_pruned: Mapping[str, int] | None = None,
 ) -> dict[str, torch.Tensor]:
-    """`prune_lowest` until `sparsity` of all elements is pruned, ranked across layers ("global") or in each
-    layer ("layer"); `already_pruned` counts elements an earlier phase of the same pattern removed."""
+    """`prune_lowest` until `sparsity` of all elements is pruned, ranked across layers ("global", each layer
+    keeping its protected units) or in each layer ("layer"); `already_pruned` counts elements an earlier phase
+    of the same pattern removed."""
     check_sparsity(sparsity)
+    scope = as_scope(scope)
     done = already_pruned or {}
-    if scope == "global":
-        n_prune = round(sparsity * sum(numel.values())) - sum(done.values())
-        return prune_lowest(units, max(n_prune, 0))
-    if scope == "layer":
+    if scope.kind == "layer":
         return {
             name: prune_lowest({name: layer_units}, max(round(sparsity * numel[name]) - done.get(name, 0), 0))[name]
             for name, layer_units in units.items()
         }
-    raise UserError(f"unknown pruning scope {scope!r}; choose 'global' or 'layer'")
+    n_prune = max(round(sparsity * sum(numel.values())) - sum(done.values()), 0)
+    if scope.max_layer_sparsity >= 1.0:
+        return prune_lowest(units, n_prune)
+    keep = {name: protected_units(layer_units, scope.max_layer_sparsity) for name, layer_units in units.items()}
+    candidates = {
+        name: Units(u.scores.flatten()[~keep[name]], u.sizes.flatten()[~keep[name]]) for name, u in units.items()
+    }
+    chosen = prune_lowest(candidates, n_prune)
+    pruned = {}
+    for name, layer_units in units.items():
+        flags = torch.zeros(layer_units.scores.numel(), dtype=torch.bool, device=layer_units.scores.device)
+        flags[~keep[name]] = chosen[name]
+        pruned[name] = flags
+    return pruned

@@ -8,7 +8,7 @@ import torch
 from sparseprune.apriori import apriori_tune
 from sparseprune.errors import UserError
 from sparseprune.patterns import KEPT, RESIDUAL, build_pattern, keep_mask
-from sparseprune.ranking import Units
+from sparseprune.ranking import Scope, Units, prune_by_scope
 
 
 def codes_of(name: str, scores: dict[str, torch.Tensor], sparsity: float, scope: str = "global", **options):
@@ -35,6 +35,30 @@ def test_vw_ranks_levels_across_layers() -> None:
     low = torch.tensor([[1.0, 5], [8, 2], [3, 7], [6, 4]])
     codes = codes_of("vw", {"low": low, "high": 10 * low}, 0.5, vector=2)
     assert keep_mask(codes["low"]).sum() == 0 and keep_mask(codes["high"]).all()
+
+
+def test_global_floor_keeps_each_layers_best_units() -> None:
+    # "low" holds the four lowest scores; at 50% of 8 units it would be emptied without the floor
+    units = {
+        "low": Units(torch.tensor([1.0, 2, 3, 4]), torch.ones(4)),
+        "high": Units(torch.tensor([9.0, 5, 8, 6]), torch.ones(4)),
+    }
+    unfloored = prune_by_scope(units, {"low": 4, "high": 4}, 0.5, "global")
+    assert unfloored["low"].tolist() == [True] * 4 and not unfloored["high"].any()
+    floored = prune_by_scope(units, {"low": 4, "high": 4}, 0.5, Scope("global", max_layer_sparsity=0.5))
+    assert floored["low"].tolist() == [True, True, False, False]  # its best half stays
+    assert floored["high"].tolist() == [False, True, False, True]  # the budget moves to the next-lowest units
+
+
+def test_global_floor_through_a_pattern_and_bad_values() -> None:
+    low = torch.tensor([[1.0, 5], [8, 2], [3, 7], [6, 4]])
+    codes = codes_of("vw", {"low": low, "high": 10 * low}, 0.5, scope=Scope("global", 0.5), vector=2)
+    assert int(keep_mask(codes["low"]).sum()) == 4 and int(keep_mask(codes["high"]).sum()) == 4
+    for bad in (0.0, 1.5):
+        with pytest.raises(UserError, match="max_layer_sparsity"):
+            Scope("global", bad)
+    with pytest.raises(UserError, match="scope"):
+        Scope("everywhere")  # type: ignore[arg-type]
 
 
 def test_bw_prunes_the_lowest_block() -> None:

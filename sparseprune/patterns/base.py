@@ -43,7 +43,7 @@ class Pattern(ABC):
         self,
         scores: Mapping[str, torch.Tensor],
         sparsity: float,
-        scope: Scope = "global",
+        scope: Scope | str = "global",
         final_sparsity: float | None = None,
     ) -> dict[str, torch.Tensor]:
         """Keep codes per layer at `sparsity`; `final_sparsity` is the run's end target (apriori tuning)."""

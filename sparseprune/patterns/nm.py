@@ -45,7 +45,7 @@ class NM(Pattern):
         self,
         scores: Mapping[str, torch.Tensor],
         sparsity: float,
-        scope: Scope = "global",
+        scope: Scope | str = "global",
         final_sparsity: float | None = None,
     ) -> dict[str, torch.Tensor]:
         kept = self.kept_per_group(sparsity)

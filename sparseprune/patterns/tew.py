@@ -36,7 +36,7 @@ class TileElementWise(Pattern):
         self,
         scores: Mapping[str, torch.Tensor],
         sparsity: float,
-        scope: Scope = "global",
+        scope: Scope | str = "global",
         final_sparsity: float | None = None,
     ) -> dict[str, torch.Tensor]:
         check_sparsity(sparsity)

@@ -74,7 +74,7 @@ class TileWise(Pattern):
         self,
         scores: Mapping[str, torch.Tensor],
         sparsity: float,
-        scope: Scope = "global",
+        scope: Scope | str = "global",
         final_sparsity: float | None = None,
     ) -> dict[str, torch.Tensor]:
         check_sparsity(sparsity)

@@ -26,7 +26,7 @@ class UnitPattern(Pattern):
         self,
         scores: Mapping[str, torch.Tensor],
         sparsity: float,
-        scope: Scope = "global",
+        scope: Scope | str = "global",
         final_sparsity: float | None = None,
     ) -> dict[str, torch.Tensor]:
         units = {name: self.units(score) for name, score in scores.items()}
