@@ -42,12 +42,14 @@ sweep_dir=$runs/${workload}_sweep
 if [[ ! -f $dense_dir/summary.json ]]; then
   python train.py "${dense[@]}" schedule.stages=0 "${common[@]}" hydra.run.dir="$dense_dir"
 fi
+# A failed point does not stop the report of the others; the script still exits non-zero at the end.
+failed=0
 python -m sparseprune.sweeps "${sweep[@]}" --run "$sweep_dir" --jobs "${JOBS:-3}" "${common[@]}" "${pruned[@]}" \
-  init_ckpt="$dense_dir/checkpoints/last.ckpt" schedule.dense_epochs=0
-[[ -n ${TRAIN_ONLY:-} ]] && exit 0
+  init_ckpt="$dense_dir/checkpoints/last.ckpt" schedule.dense_epochs=0 || failed=1
+[[ -n ${TRAIN_ONLY:-} ]] && exit $failed
 if (( timed_export )); then  # one at a time, after all training, so the timings see an otherwise idle GPU
   python -m sparseprune.sweeps "${sweep[@]}" --run "$sweep_dir" --export "${common[@]}" "${pruned[@]}" \
-    init_ckpt="$dense_dir/checkpoints/last.ckpt" schedule.dense_epochs=0
+    init_ckpt="$dense_dir/checkpoints/last.ckpt" schedule.dense_epochs=0 || failed=1
 fi
 python -m sparseprune.report "$sweep_dir"
 out=bench/results/${workload}_sweep
@@ -56,3 +58,4 @@ cp -r "$sweep_dir/report.md" "$sweep_dir/figures" "$out/"
 python bench/collect_runs.py --out "$out/table" --metric "$metric" --scale "$scale" --command "bash bench/sweep_gpu.sh $workload" \
   --device "$(python -c 'import torch; print(torch.cuda.get_device_name())')" \
   dense="$dense_dir/summary.json" --sweep "$sweep_dir"
+exit $failed

@@ -173,15 +173,17 @@ def run_locally(path: Path, out_dir: Path, options: LocalRun = LocalRun()) -> li
 
     with ThreadPoolExecutor(max_workers=options.jobs) as pool:
         failures = [failure for failure in pool.map(run_point, range(len(runs))) if failure]
+    # Every trained point goes into results.json even when others failed, so a report can still be built.
+    results = [
+        {"run": index, "overrides": overrides, **json.loads(summary.read_text())}
+        for index, overrides in enumerate(runs)
+        if (summary := out_dir / f"run{index:03d}" / "summary.json").exists()
+    ]
+    (out_dir / "results.json").write_text(json.dumps(results, indent=2))
     if failures:
         raise UserError(
             f"{len(failures)} of {len(runs)} sweep runs failed (finished ones are kept): " + "; ".join(failures)
         )
-    results = [
-        {"run": index, "overrides": overrides, **json.loads((out_dir / f"run{index:03d}" / "summary.json").read_text())}
-        for index, overrides in enumerate(runs)
-    ]
-    (out_dir / "results.json").write_text(json.dumps(results, indent=2))
     return results
 
 

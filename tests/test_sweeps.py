@@ -128,3 +128,4 @@ def test_failed_points_are_reported_and_jobs_must_be_positive(tmp_path: Path) ->
         run_locally(sweep, tmp_path / "out", LocalRun(TINY, jobs=0))
     with pytest.raises(UserError, match=r"1 of 1 sweep runs failed.*run 0 train.*train.console.log"):
         run_locally(sweep, tmp_path / "out", LocalRun((*TINY, f"init_ckpt={tmp_path}/missing.ckpt"), jobs=2))
+    assert json.loads((tmp_path / "out" / "results.json").read_text()) == [], "results.json lists only trained points"
