@@ -18,9 +18,9 @@ from sparseprune.errors import UserError
 
 @dataclass(frozen=True)
 class Scope:
-    """Where units compete: across all layers ("global") or within each ("layer"). Globally, no layer gives up
-    more than `max_layer_sparsity` of its units (by size) in one ranking: without that floor, layers whose
-    scores run low are pruned away entirely and the network stops passing signal."""
+    """Where units compete: across all layers ("global") or within each ("layer"). Globally, no layer is pruned
+    beyond `max_layer_sparsity` of its elements (earlier phases of a pattern included): without that floor,
+    layers whose scores run low are pruned away entirely and the network stops passing signal."""
 
     kind: Literal["global", "layer"] = "global"
     max_layer_sparsity: float = 1.0
@@ -68,14 +68,14 @@ def prune_lowest(units: Mapping[str, Units], n_prune: int) -> dict[str, torch.Te
     return dict(zip(names, torch.split(pruned, [units[n].scores.numel() for n in names]), strict=True))
 
 
-def protected_units(units: Units, max_sparsity: float) -> torch.Tensor:
-    """Flags of the highest-scored units that together hold at least 1 - `max_sparsity` of the layer's size."""
+def protected_units(units: Units, prunable: float) -> torch.Tensor:
+    """Flags of the highest-scored units to keep so that the others hold at most `prunable` elements."""
     sizes = units.sizes.long().flatten()
-    floor = (1.0 - max_sparsity) * float(sizes.sum())
+    need = float(sizes.sum()) - prunable  # elements that must stay
     order = torch.sort(units.scores.double().flatten(), descending=True, stable=True).indices
     before = torch.cumsum(sizes[order], 0) - sizes[order]  # size protected before each unit in this order
     protected = torch.zeros_like(sizes, dtype=torch.bool)
-    protected[order[before < floor]] = True
+    protected[order[before < need]] = True
     return protected
 
 
@@ -100,7 +100,11 @@ def prune_by_scope(
     n_prune = max(round(sparsity * sum(numel.values())) - sum(done.values()), 0)
     if scope.max_layer_sparsity >= 1.0:
         return prune_lowest(units, n_prune)
-    keep = {name: protected_units(layer_units, scope.max_layer_sparsity) for name, layer_units in units.items()}
+    # The floor is on the whole layer: what earlier phases pruned counts against it.
+    keep = {
+        name: protected_units(u, max(scope.max_layer_sparsity * numel[name] - done.get(name, 0), 0.0))
+        for name, u in units.items()
+    }
     candidates = {
         name: Units(u.scores.flatten()[~keep[name]], u.sizes.flatten()[~keep[name]]) for name, u in units.items()
     }

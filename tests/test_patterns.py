@@ -48,6 +48,23 @@ def test_global_floor_keeps_each_layers_best_units() -> None:
     floored = prune_by_scope(units, {"low": 4, "high": 4}, 0.5, Scope("global", max_layer_sparsity=0.5))
     assert floored["low"].tolist() == [True, True, False, False]  # its best half stays
     assert floored["high"].tolist() == [False, True, False, True]  # the budget moves to the next-lowest units
+    # a second phase: "low" already lost 4 of its 8 elements, so at a 0.75 floor only 2 more of its units may go
+    done = {"low": 4, "high": 4}
+    again = prune_by_scope(units, {"low": 8, "high": 8}, 0.75, Scope("global", 0.75), already_pruned=done)
+    assert again["low"].tolist() == [True, True, False, False] and again["high"].tolist() == [False, True, False, True]
+
+
+@pytest.mark.parametrize("name", ["ew", "bw", "tw", "tew", "vw"])
+def test_global_floor_bounds_every_layer_across_phases(name: str) -> None:
+    # "quiet" scores far below "loud": without the floor global ranking would empty it at 75%
+    generator = torch.Generator().manual_seed(3)
+    scores = {"quiet": torch.rand(64, 64, generator=generator) * 1e-3, "loud": torch.rand(64, 64, generator=generator)}
+    options = {"bw": {"block_k": 8, "block_n": 8}, "tw": {"granularity": 8}, "tew": {"granularity": 8},
+               "vw": {"vector": 8}}.get(name, {})  # fmt: skip
+    unfloored = codes_of(name, scores, 0.75, **options)
+    assert keep_mask(unfloored["quiet"]).float().mean() < 0.01
+    floored = codes_of(name, scores, 0.75, scope=Scope("global", 0.9), **options)
+    assert 1 - keep_mask(floored["quiet"]).float().mean() <= 0.9 + 1e-6
 
 
 def test_global_floor_through_a_pattern_and_bad_values() -> None:
