@@ -130,6 +130,21 @@ inline const char* check_launch() {
 
 inline int cdiv(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }
 
+// Launches a TW GEMM kernel (mma.sync or wgmma) with one CTA per (tile, M block, K split). `Cfg` gives the CTA
+// rows, threads and dynamic shared memory; the kernel is a template argument so each one raises its own
+// shared-memory limit, once per process, which keeps the per-call host cost down.
+template <typename Cfg, auto kKernel>
+const char* launch_tiles(const PackedTile& w, const Problem& p, int splits) {
+  static const cudaError_t attr_err =
+      cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
+  if (attr_err != cudaSuccess) return cudaGetErrorString(attr_err);
+  const int m_blocks = cdiv(p.M, Cfg::kBM);
+  const int64_t ctas = static_cast<int64_t>(w.num_tiles) * m_blocks * splits;
+  kKernel<<<static_cast<unsigned>(ctas), Cfg::kThreads, Cfg::kSmemBytes, p.stream>>>(w, p, m_blocks, splits,
+                                                                                     p.sym == 1);
+  return check_launch();
+}
+
 // Implemented in tw_gemm_sm90.cu.
 // True when the wgmma kernels hold sm_90a machine code that this (Hopper) device runs.
 bool wgmma_available();

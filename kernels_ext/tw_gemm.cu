@@ -340,16 +340,7 @@ __global__ void transpose_kernel(const T* __restrict__ x, T* __restrict__ xt, in
 
 template <typename T, typename Cfg>
 const char* run_mma(const PackedTile& w, const Problem& p, int splits) {
-  auto kernel = tw_mma_kernel<T, Cfg>;
-  // Raising the shared-memory limit once per process keeps the per-call host cost down.
-  static const cudaError_t attr_err =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
-  if (attr_err != cudaSuccess) return cudaGetErrorString(attr_err);
-  const int m_blocks = cdiv(p.M, Cfg::kBM);
-  const int64_t ctas = static_cast<int64_t>(w.num_tiles) * m_blocks * splits;
-  kernel<<<static_cast<unsigned>(ctas), Cfg::kThreads, Cfg::kSmemBytes, p.stream>>>(w, p, m_blocks, splits,
-                                                                                    p.sym == 1);
-  return check_launch();
+  return launch_tiles<Cfg, tw_mma_kernel<T, Cfg>>(w, p, splits);
 }
 
 // CTA tiles per G: 128x128 (warp 64x32) for G=128; 256xG for the narrower tiles so a CTA still does enough work.

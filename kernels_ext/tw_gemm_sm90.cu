@@ -193,15 +193,7 @@ using Wg64x128 = WgmmaConfig<64, 1, 4>;
 
 template <typename T, typename Cfg>
 const char* run_wgmma(const PackedTile& w, const Problem& p, int splits) {
-  auto kernel = tw_wgmma_kernel<T, Cfg>;
-  static const cudaError_t attr_err =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
-  if (attr_err != cudaSuccess) return cudaGetErrorString(attr_err);
-  const int m_blocks = cdiv(p.M, Cfg::kBM);
-  const int64_t ctas = static_cast<int64_t>(w.num_tiles) * m_blocks * splits;
-  kernel<<<static_cast<unsigned>(ctas), Cfg::kThreads, Cfg::kSmemBytes, p.stream>>>(w, p, m_blocks, splits,
-                                                                                    p.sym == 1);
-  return check_launch();
+  return launch_tiles<Cfg, tw_wgmma_kernel<T, Cfg>>(w, p, splits);
 }
 
 template <typename T>
