@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 
 import torch
+from safetensors.torch import save_file
 
 from sparseprune.gemm_view import PrunableWeight, from_gemm
 from sparseprune.patterns import keep_mask
@@ -40,3 +42,14 @@ def layer_sparsity(codes: Mapping[str, torch.Tensor]) -> dict[str, float]:
 def overall_sparsity(codes: Mapping[str, torch.Tensor]) -> float:
     pruned = sum(int((~keep_mask(layer_codes)).sum()) for layer_codes in codes.values())
     return pruned / max(sum(layer_codes.numel() for layer_codes in codes.values()), 1)
+
+
+MASK_FILE = "mask.safetensors"  # beside a run's summary.json
+
+
+def save_largest_mask(codes: Mapping[str, torch.Tensor], path: Path) -> None:
+    """The keep mask (uint8) of the largest pruned layer, so sweep reports can draw it without loading (or still
+    having) the checkpoint."""
+    if codes:
+        layer = max(codes, key=lambda name: codes[name].numel())
+        save_file({layer: keep_mask(codes[layer]).to(torch.uint8).cpu().contiguous()}, str(path))

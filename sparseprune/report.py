@@ -14,9 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors.torch import load_file
 
 from sparseprune.checkpoints import PRUNING_STATE_KEY, load_checkpoint
 from sparseprune.errors import UserError
+from sparseprune.masking import MASK_FILE
 from sparseprune.patterns import keep_mask
 from sparseprune.plots import (
     accuracy_vs_sparsity_figure,
@@ -47,21 +49,29 @@ def _speedup(results_dir: Path, run: dict[str, Any]) -> float | None:
     return json.loads(report.read_text())["speedup"] if report.exists() else None
 
 
-def _final_masks(runs: list[dict[str, Any]]) -> tuple[str, dict[str, torch.Tensor]]:
-    """Per pattern, the keep mask of the largest pruned layer in its highest-target run that has a checkpoint."""
-    chosen: dict[str, dict[str, Any]] = {}
-    for run in runs:
-        name = _label(run)
-        has_checkpoint = bool(run.get("checkpoint")) and Path(run["checkpoint"]).exists()
-        if has_checkpoint and (name not in chosen or run["target"] > chosen[name]["target"]):
-            chosen[name] = run
-    masks: dict[str, torch.Tensor] = {}
-    layer = ""
-    for name, run in chosen.items():
+def _largest_mask(results_dir: Path, run: dict[str, Any]) -> tuple[str, torch.Tensor] | None:
+    """(layer, keep mask) of the run's largest pruned layer: from the mask file train.py writes beside the
+    summary, else from the checkpoint; None when neither is there."""
+    mask_file = results_dir / f"run{run['run']:03d}" / MASK_FILE
+    if mask_file.exists():
+        return next(iter(load_file(str(mask_file)).items()))
+    if run.get("checkpoint") and Path(run["checkpoint"]).exists():
         codes = load_checkpoint(Path(run["checkpoint"]))["callbacks"][PRUNING_STATE_KEY]["codes"]
-        layer = layer or max(codes, key=lambda n: codes[n].numel())
-        masks[name] = keep_mask(codes[layer])
-    return layer, masks
+        layer = max(codes, key=lambda n: codes[n].numel())
+        return layer, keep_mask(codes[layer])
+    return None
+
+
+def _final_masks(results_dir: Path, runs: list[dict[str, Any]]) -> tuple[str, dict[str, torch.Tensor]]:
+    """Per pattern, the keep mask of the largest pruned layer in its highest-target run that kept one."""
+    chosen: dict[str, tuple[float, tuple[str, torch.Tensor]]] = {}
+    for run in sorted(runs, key=lambda r: -r["target"]):
+        name = _label(run)
+        if name not in chosen and (mask := _largest_mask(results_dir, run)) is not None:
+            chosen[name] = (run["target"], mask)
+    layers = {layer for _, (layer, _) in chosen.values()}
+    layer = min(layers) if layers else ""
+    return layer, {name: mask.bool() for name, (_, (mask_layer, mask)) in chosen.items() if mask_layer == layer}
 
 
 def build_report(results_dir: Path, log_to_wandb: bool = False) -> Path:
@@ -99,7 +109,7 @@ def build_report(results_dir: Path, log_to_wandb: bool = False) -> Path:
         paths.append(
             save_figure(layer_sparsity_figure(most_pruned["layer_sparsity"], title), figures_dir / "layers.png")
         )
-    layer, masks = _final_masks(runs)
+    layer, masks = _final_masks(results_dir, runs)
     if masks:
         paths.append(save_figure(mask_figure(masks, layer), figures_dir / "masks.png"))
     lines += ["", *[f"![{p.stem}](figures/{p.name})" for p in paths]]

@@ -17,7 +17,7 @@ from rich.table import Table
 from sparseprune.callbacks import StagedPruning
 from sparseprune.checkpoints import check_checkpoint_file, load_initial_weights
 from sparseprune.errors import UserError
-from sparseprune.masking import layer_sparsity
+from sparseprune.masking import MASK_FILE, layer_sparsity, save_largest_mask
 from sparseprune.schedule import Schedule
 
 log = logging.getLogger(__name__)
@@ -99,6 +99,7 @@ def _report(cfg: DictConfig, trainer: L.Trainer, pruning: StagedPruning) -> dict
     output_dir = Path(cfg.paths.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     (output_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    save_largest_mask(pruning.codes, output_dir / MASK_FILE)
     console = Console()
     console.print(_stage_table(pruning.stage_results, pruning.monitor or "val/acc"))
     if summary["test"]:

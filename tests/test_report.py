@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from sparseprune.errors import UserError
+from sparseprune.masking import MASK_FILE, save_largest_mask
 from sparseprune.patterns import build_pattern
 from sparseprune.report import build_report
 
@@ -52,3 +53,13 @@ def test_report_table_and_figures(tmp_path: Path) -> None:
 def test_report_needs_results(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="no results.json"):
         build_report(tmp_path)
+
+
+def test_report_draws_masks_from_mask_files_without_checkpoints(tmp_path: Path) -> None:
+    fabricate(tmp_path)
+    for run in sorted(tmp_path.glob("run*")):
+        codes = torch.load(run / "last.ckpt", weights_only=True)["callbacks"]["StagedPruning"]["codes"]
+        save_largest_mask(codes, run / MASK_FILE)
+        (run / "last.ckpt").unlink()
+    report = build_report(tmp_path).read_text()
+    assert "figures/masks.png" in report and (tmp_path / "figures" / "masks.png").stat().st_size > 1000

@@ -6,7 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 from hydra_runs import PATTERN_OVERRIDES, TINY_VGG, compose_config
+from safetensors.torch import load_file
 
 from sparseprune.training import train
 
@@ -38,6 +40,9 @@ def test_taylor_staged_run_writes_checkpoint_and_summary(tmp_path: Path) -> None
     assert Path(summary["checkpoint"]).is_file()
     assert json.loads((tmp_path / "summary.json").read_text())["target"] == 0.75
     assert (tmp_path / "plots" / "layer_sparsity_stage1.png").is_file()
+    (layer, mask), *others = load_file(str(tmp_path / "mask.safetensors")).items()
+    assert not others and mask.dtype == torch.uint8 and layer in summary["layer_sparsity"]
+    assert 1 - float(mask.float().mean()) == pytest.approx(summary["layer_sparsity"][layer])
 
 
 def test_wandb_offline_run_holds_config_metrics_and_chart(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
