@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import torch
+
 WORDS = [
     "the",
     "a",
@@ -53,7 +55,9 @@ def make_tiny_bert(directory: Path, max_positions: int = 32, extra_tokenizer_wor
         intermediate_size=256,
         max_position_embeddings=max_positions,
     )
-    BertModel(config).save_pretrained(directory)
+    with torch.random.fork_rng():  # the same weights whatever ran before: tests that train on it stay reproducible
+        torch.manual_seed(0)
+        BertModel(config).save_pretrained(directory)
     return directory
 
 
