@@ -6,7 +6,8 @@ import json
 
 import pytest
 import torch
-import torch.nn.functional as F
+from gemm_checks import dense_reference
+from random_masks import random_nm_mask
 
 from sparseprune.errors import UserError
 from sparseprune.export.formats.nm import (
@@ -17,25 +18,6 @@ from sparseprune.export.formats.nm import (
     tw_view,
 )
 from sparseprune.export.formats.tw import tw_matmul_reference
-
-
-def random_nm_mask(k: int, n: int, kept: int, m: int, vector: int, generator: torch.Generator) -> torch.Tensor:
-    """Boolean K x N mask keeping `kept` random entries of every group of m, shared by blocks of `vector` columns."""
-    scores = torch.rand(k // m, m, n // vector, generator=generator)
-    top = scores.topk(kept, dim=1).indices
-    keep = torch.zeros(scores.shape, dtype=torch.bool).scatter_(1, top, True)
-    return keep.repeat_interleave(vector, dim=2).reshape(k, n)
-
-
-def _dense_reference(x: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, act: str | None) -> torch.Tensor:
-    y = x.double() @ b.double()
-    if bias is not None:
-        y = y + bias.double()
-    if act == "relu":
-        y = torch.relu(y)
-    elif act == "gelu":
-        y = F.gelu(y)
-    return y
 
 
 def test_hand_written_element_wise_layout() -> None:
@@ -77,7 +59,7 @@ def test_reference_matches_masked_dense(kept: int, m: int, vector: int, activati
     assert packed.values.shape == (k // m * kept, n) and packed.idx.shape == (k // m * kept, n // vector)
     y = packed.matmul(x, bias, activation)
     assert y.shape == (5, 3, n)
-    torch.testing.assert_close(y, _dense_reference(x, b * mask, bias, activation), rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(y, dense_reference(x, b * mask, bias, activation), rtol=1e-10, atol=1e-10)
 
 
 def test_round_trip_through_tensors() -> None:

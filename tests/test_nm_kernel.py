@@ -8,8 +8,8 @@ import math
 
 import pytest
 import torch
-import torch.nn.functional as F
-from test_nm_format import random_nm_mask
+from gemm_checks import KERNEL_TOLERANCE, dense_reference, rel_err
+from random_masks import random_nm_mask
 
 from sparseprune.export.formats.extension import load_kernels
 from sparseprune.export.formats.nm import PackedNM, nm_matmul, pack_nm
@@ -20,15 +20,9 @@ pytestmark = [
     pytest.mark.skipif(load_kernels() is None, reason="sparseprune._kernels extension not built"),
 ]
 
-TOLERANCE = {torch.float16: 2e-3, torch.bfloat16: 1e-2}
 CONFIGS = [(1, 2), (1, 4), (2, 4), (1, 8), (2, 8), (3, 8), (1, 16), (4, 16), (15, 16), (3, 32), (8, 32), (31, 32)]
 # M: SpMV sizes 1..16 (every MaxM instantiation, ragged), then SpMM with ragged 64-row blocks.
 ROWS = [1, 2, 3, 4, 5, 8, 11, 16, 17, 64, 100, 257]
-
-
-def _rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
-    assert bool(torch.isfinite(out).all()), "non-finite output (unwritten or corrupted)"
-    return float(torch.linalg.norm(out.double() - ref.double()) / torch.linalg.norm(ref.double()).clamp_min(1e-30))
 
 
 def _case(
@@ -45,17 +39,6 @@ def _case(
     return packed, x, bias, b.cuda()
 
 
-def _reference(x: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, act: str | None) -> torch.Tensor:
-    y = x.float() @ b
-    if bias is not None:
-        y = y + bias.float()
-    if act == "relu":
-        return torch.relu(y)
-    if act == "gelu":
-        return F.gelu(y)
-    return y
-
-
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("vector", [1, 2, 8, 16])
 def test_simt_sweep_matches_fp32_reference(dtype: torch.dtype, vector: int) -> None:
@@ -69,8 +52,8 @@ def test_simt_sweep_matches_fp32_reference(dtype: torch.dtype, vector: int) -> N
         packed, x, bias, b = _case(rows, groups, n, kept, m, vector, dtype, seed=i)
         y = nm_matmul(x, packed, bias, act, kernel="simt")
         assert y.dtype == dtype and y.shape == (rows, n)
-        err = _rel_err(y, _reference(x, b, bias, act))
-        assert err <= TOLERANCE[dtype], f"{kept}:{m} V={vector} M={rows} K={groups * m} N={n} {act}: {err:.2e}"
+        err = rel_err(y, dense_reference(x, b, bias, act, dtype=torch.float32))
+        assert err <= KERNEL_TOLERANCE[dtype], f"{kept}:{m} V={vector} M={rows} K={groups * m} N={n} {act}: {err:.2e}"
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
@@ -81,7 +64,7 @@ def test_split_k_spmv(dtype: torch.dtype, rows: int, k: int, n: int, kept: int, 
     """Few columns and long K: the SpMV splits K over CTAs and a finalize pass sums the slices."""
     packed, x, bias, b = _case(rows, k // m, n, kept, m, 1, dtype, seed=k + n)
     y = nm_matmul(x, packed, bias, "gelu", kernel="simt")
-    assert _rel_err(y, _reference(x, b, bias, "gelu")) <= TOLERANCE[dtype]
+    assert rel_err(y, dense_reference(x, b, bias, "gelu", dtype=torch.float32)) <= KERNEL_TOLERANCE[dtype]
     torch.testing.assert_close(nm_matmul(x, packed, bias, "gelu", kernel="simt"), y, rtol=0, atol=0)
 
 
@@ -94,18 +77,21 @@ def test_tw_route_matches_fp32_reference(dtype: torch.dtype, vector: int) -> Non
         act = [None, "relu", "gelu"][i % 3]
         groups, n = 8 + 2 * (i % 5), 512 + vector % 256  # K a multiple of 8 for every m, N ragged against 128
         packed, x, bias, b = _case(rows, groups, n, kept, m, vector, dtype, seed=i)
-        ref = _reference(x, b, bias, act)
+        ref = dense_reference(x, b, bias, act, dtype=torch.float32)
         y_tw = nm_matmul(x, packed, bias, act, kernel="tw")
         y_auto = packed.matmul(x, bias, act)
         for y in (y_tw, y_auto):
-            err = _rel_err(y, ref)
-            assert err <= TOLERANCE[dtype], f"{kept}:{m} V={vector} M={rows} K={packed.shape[0]}: {err:.2e}"
+            err = rel_err(y, ref)
+            assert err <= KERNEL_TOLERANCE[dtype], f"{kept}:{m} V={vector} M={rows} K={packed.shape[0]}: {err:.2e}"
 
 
 def test_auto_route_falls_back_outside_the_kernel_range() -> None:
     packed, x, bias, b = _case(5, 3, 16, 1, 64, 1, torch.float16, seed=1)  # M = 64: reference only
     assert packed.kernel_unsupported() is not None
-    assert _rel_err(packed.matmul(x, bias), _reference(x, b, bias, None)) <= TOLERANCE[torch.float16]
+    assert (
+        rel_err(packed.matmul(x, bias), dense_reference(x, b, bias, None, dtype=torch.float32))
+        <= KERNEL_TOLERANCE[torch.float16]
+    )
 
 
 def test_every_output_written() -> None:
@@ -116,7 +102,7 @@ def test_every_output_written() -> None:
         poison = torch.full((rows, 512), float("nan"), device="cuda", dtype=torch.float16)
         del poison
         y = nm_matmul(x, packed, bias, kernel=kernel)
-        assert _rel_err(y, _reference(x, b, bias, None)) <= TOLERANCE[torch.float16]
+        assert rel_err(y, dense_reference(x, b, bias, None, dtype=torch.float32)) <= KERNEL_TOLERANCE[torch.float16]
 
 
 def test_each_path_once() -> None:
@@ -131,7 +117,7 @@ def test_each_path_once() -> None:
         ]:
             packed, x, bias, b = _case(rows, groups, n, 1, 4, vector, dtype, seed=rows)
             y = nm_matmul(x, packed, bias, "relu", kernel=kernel)
-            assert _rel_err(y, _reference(x, b, bias, "relu")) <= TOLERANCE[dtype]
+            assert rel_err(y, dense_reference(x, b, bias, "relu", dtype=torch.float32)) <= KERNEL_TOLERANCE[dtype]
 
 
 @pytest.mark.slow
@@ -145,7 +131,10 @@ def test_int64_offsets_past_2_to_31_elements() -> None:
     x = torch.empty(rows, k, device="cuda", dtype=torch.float16).normal_()
     y = nm_matmul(x, packed, kernel="simt")
     tail = slice(rows - 200, rows)
-    assert _rel_err(y[tail], _reference(x[tail], b.cuda(), None, None)) <= TOLERANCE[torch.float16]
+    assert (
+        rel_err(y[tail], dense_reference(x[tail], b.cuda(), None, None, dtype=torch.float32))
+        <= KERNEL_TOLERANCE[torch.float16]
+    )
 
 
 def test_binding_rejects_bad_input() -> None:

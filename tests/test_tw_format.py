@@ -4,22 +4,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.nn.functional as F
-from tw_masks import random_tw_mask
+from gemm_checks import dense_reference
+from random_masks import random_tw_mask
 
 from sparseprune.errors import UserError
 from sparseprune.export.formats.tw import K_STEP, PackedTW, pack_tw, tw_matmul, tw_matmul_reference
-
-
-def _dense_reference(x: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, act: str | None) -> torch.Tensor:
-    y = x.double() @ b.double()
-    if bias is not None:
-        y = y + bias.double()
-    if act == "relu":
-        y = torch.relu(y)
-    elif act == "gelu":
-        y = F.gelu(y)
-    return y
 
 
 @pytest.mark.parametrize("granularity", [32, 64, 128])
@@ -34,7 +23,7 @@ def test_reference_matches_masked_dense(granularity: int, dtype: torch.dtype, ac
     bias = torch.randn(n, generator=gen, dtype=dtype)
     packed = pack_tw(b, mask, granularity)
     y = packed.matmul(x, bias, activation)
-    ref = _dense_reference(x, b * mask, bias, activation)
+    ref = dense_reference(x, b * mask, bias, activation)
     assert y.dtype == dtype
     torch.testing.assert_close(y.double(), ref, rtol=1e-5, atol=1e-5)
 
@@ -127,7 +116,7 @@ def test_tew_residual(dtype: torch.dtype) -> None:
     x = torch.randn(21, k, generator=gen, dtype=dtype)
     bias = torch.randn(n, generator=gen, dtype=dtype)
     y = packed.matmul(x, bias, "gelu")
-    ref = _dense_reference(x, b * (mask | residual), bias, "gelu")
+    ref = dense_reference(x, b * (mask | residual), bias, "gelu")
     torch.testing.assert_close(y.double(), ref, rtol=1e-5, atol=1e-5)
 
 

@@ -7,7 +7,8 @@ import math
 
 import pytest
 import torch
-from tw_masks import random_tw_mask
+from gemm_checks import KERNEL_TOLERANCE, rel_err
+from random_masks import random_tw_mask
 
 from sparseprune.export.formats.extension import load_kernels
 from sparseprune.export.formats.tw import pack_tw, tw_matmul, tw_matmul_reference
@@ -18,7 +19,6 @@ pytestmark = [
     pytest.mark.skipif(load_kernels() is None, reason="sparseprune._kernels extension not built"),
 ]
 
-TOLERANCE = {torch.float16: 2e-3, torch.bfloat16: 1e-2}
 # M covers the GEMV path (<= 16), split-K (few CTAs), ragged M blocks and the direct path; K, N odd multiples of 8.
 SHAPES = [
     (1, 64, 64),
@@ -30,11 +30,6 @@ SHAPES = [
     (640, 264, 1032),
     (2056, 520, 776),
 ]
-
-
-def _rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
-    assert bool(torch.isfinite(out).all()), "non-finite output (unwritten or corrupted)"
-    return float(torch.linalg.norm(out.double() - ref.double()) / torch.linalg.norm(ref.double()))
 
 
 def _case(m: int, k: int, n: int, g: int, dtype: torch.dtype, seed: int, residual: bool, activation: str | None):
@@ -60,12 +55,12 @@ def test_sweep_matches_fp32_reference(kernel: str, dtype: torch.dtype, granulari
         packed, x, bias, ref = _case(m, k, n, granularity, dtype, seed=i, residual=i % 3 == 0, activation=act)
         y = tw_matmul(x, packed, bias, act, kernel=kernel)
         assert y.dtype == dtype and y.shape == (m, n)
-        err = _rel_err(y, ref)
-        assert err <= TOLERANCE[dtype], f"M={m} K={k} N={n} G={granularity} act={act}: rel err {err:.2e}"
+        err = rel_err(y, ref)
+        assert err <= KERNEL_TOLERANCE[dtype], f"M={m} K={k} N={n} G={granularity} act={act}: rel err {err:.2e}"
         if m % 8 == 0 or m <= 16:
             yt = packed.matmul_feature_major(x.t().contiguous(), bias, act, kernel=kernel)
-            err_fm = _rel_err(yt.t(), ref)
-            assert err_fm <= TOLERANCE[dtype], f"feature-major M={m} K={k} N={n}: rel err {err_fm:.2e}"
+            err_fm = rel_err(yt.t(), ref)
+            assert err_fm <= KERNEL_TOLERANCE[dtype], f"feature-major M={m} K={k} N={n}: rel err {err_fm:.2e}"
 
 
 def test_repeated_calls_are_deterministic_without_split() -> None:
@@ -82,7 +77,7 @@ def test_every_output_written() -> None:
         packed, x, bias, ref = _case(m, 768, 1024, g, torch.float16, seed=3, residual=True, activation=None)
         poison = torch.full((m, 1024), float("nan"), device="cuda", dtype=torch.float16)
         del poison
-        assert _rel_err(packed.matmul(x, bias), ref) <= TOLERANCE[torch.float16]
+        assert rel_err(packed.matmul(x, bias), ref) <= KERNEL_TOLERANCE[torch.float16]
 
 
 def test_wgmma_path_on_hopper_matches_mma_sync() -> None:
@@ -92,8 +87,8 @@ def test_wgmma_path_on_hopper_matches_mma_sync() -> None:
         packed, x, bias, ref = _case(m, 1032, 776, g, torch.float16, seed=g + m, residual=True, activation="relu")
         y_wg = tw_matmul(x, packed, bias, "relu", kernel="wgmma")
         y_mma = tw_matmul(x, packed, bias, "relu", kernel="mma.sync")
-        assert _rel_err(y_wg, ref) <= TOLERANCE[torch.float16]
-        assert _rel_err(y_mma, ref) <= TOLERANCE[torch.float16]
+        assert rel_err(y_wg, ref) <= KERNEL_TOLERANCE[torch.float16]
+        assert rel_err(y_mma, ref) <= KERNEL_TOLERANCE[torch.float16]
     packed32, x32, _, _ = _case(64, 128, 128, 32, torch.float16, seed=2, residual=False, activation=None)
     with pytest.raises(RuntimeError, match="unavailable"):
         tw_matmul(x32, packed32, kernel="wgmma")

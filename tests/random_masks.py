@@ -1,5 +1,5 @@
-"""Random tile-wise masks for the TW tests: whole columns pruned, then each tile of G kept columns keeps its own
-row set, so tiles differ in kept K (some may keep none)."""
+"""Random masks for the packing and kernel tests: tile-wise (whole columns pruned, then each tile of G kept columns
+keeps its own row set, so tiles differ in kept K, some may keep none) and N:M (element- or vector-wise)."""
 
 from __future__ import annotations
 
@@ -29,3 +29,11 @@ def random_tw_mask(
         rows = torch.randperm(k, generator=generator)[:n_rows]
         mask[rows.unsqueeze(1), cols.unsqueeze(0)] = True
     return mask
+
+
+def random_nm_mask(k: int, n: int, kept: int, m: int, vector: int, generator: torch.Generator) -> torch.Tensor:
+    """Boolean K x N mask keeping `kept` random entries of every group of m, shared by blocks of `vector` columns."""
+    scores = torch.rand(k // m, m, n // vector, generator=generator)
+    top = scores.topk(kept, dim=1).indices
+    keep = torch.zeros(scores.shape, dtype=torch.bool).scatter_(1, top, True)
+    return keep.repeat_interleave(vector, dim=2).reshape(k, n)
