@@ -1,10 +1,11 @@
 """Shared GPU benchmark helpers: event timing with warm-up and medians, fp32-reference checks, result files.
 
-Used by every kernel-family bench (TW now, N:M later) so their numbers are taken and written the same way.
+Used by every kernel-family bench (TW, N:M) so their numbers are taken, checked and written the same way.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import shlex
 import statistics
@@ -16,6 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.nn.functional as F
+
+from sparseprune.export.formats.extension import load_kernels
+
+TOLERANCE = {torch.float16: 2e-3, torch.bfloat16: 1e-2}  # relative error vs the fp32 reference
 
 
 @dataclass(frozen=True)
@@ -134,3 +140,62 @@ def write_results(
     ]
     prefix.with_suffix(".md").write_text("\n".join(body))
     return table
+
+
+def semi_structured_24(x: torch.Tensor, b: torch.Tensor) -> tuple[Callable[[], torch.Tensor] | None, str]:
+    """torch's 2:4 (cuSPARSELt) GEMM for x @ B with B pruned 2:4 along K, or None and the reason."""
+    try:
+        from torch.sparse import to_sparse_semi_structured
+
+        w = b.t().contiguous()
+        groups = w.view(w.shape[0], -1, 4)
+        keep = groups.abs().topk(2, dim=-1).indices
+        mask = torch.zeros_like(groups, dtype=torch.bool).scatter_(-1, keep, True).view_as(w)
+        w_sparse = to_sparse_semi_structured(w * mask)
+        xin = x if x.shape[0] >= 32 else F.pad(x, (0, 0, 0, 32 - x.shape[0]))
+        ref = (xin.float() @ (w * mask).t().float())[: x.shape[0]]
+        out = F.linear(xin, w_sparse)[: x.shape[0]]
+        err = relative_error(out, ref)
+        if err > TOLERANCE[x.dtype]:
+            return None, f"2:4 result off by {err:.2e}"
+        return (lambda: F.linear(xin, w_sparse)), ""
+    except (RuntimeError, ValueError, NotImplementedError) as err:
+        return None, f"2:4 unavailable: {str(err).splitlines()[0][:120]}"
+
+
+def add_semi24(row: dict[str, Any], x: torch.Tensor, b: torch.Tensor, t_dense: float) -> None:
+    """torch's 2:4 time and speedup over dense for this case into `row`, or why it could not run."""
+    fn, why = semi_structured_24(x, b)
+    if fn is None:
+        row["semi24_note"] = why
+    else:
+        row["semi24_us"] = time_cuda(fn).median_us
+        row["semi24_speedup"] = t_dense / row["semi24_us"]
+
+
+def case_notes(rows: Sequence[dict[str, Any]], dtype_name: str, legend: str) -> list[str]:
+    """The notes above a results table: dtype and failures against the tolerance, the columns' legend, and why
+    torch's 2:4 could not run where it could not."""
+    failed = sum(not r["passed"] for r in rows)
+    notes = [
+        f"dtype {dtype_name}; {len(rows)} cases, {failed} over the error tolerance "
+        f"({TOLERANCE[getattr(torch, dtype_name)]:g} relative to the fp32 reference on fresh random inputs).",
+        legend,
+    ]
+    return notes + sorted({f"{r['shape']}: {r['semi24_note']}" for r in rows if "semi24_note" in r})
+
+
+def bench_parser(description: str, shapes: Sequence[str]) -> argparse.ArgumentParser:
+    """The options every kernel bench takes; each adds its own sweep axes."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--shapes", nargs="*", default=list(shapes), choices=list(shapes))
+    parser.add_argument("--dtype", choices=["float16", "bfloat16"], default="float16")
+    parser.add_argument("--check-only", action="store_true", help="correctness only, no timing")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=None, help="results prefix: writes PREFIX.json and PREFIX.md")
+    return parser
+
+
+def require_kernels(bench: str) -> None:
+    if not torch.cuda.is_available() or load_kernels() is None:
+        raise SystemExit(f"{bench} needs a CUDA GPU and the built sparseprune._kernels extension")

@@ -9,23 +9,36 @@ checked against an fp32 reference on fresh random inputs before it is timed.
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import logging
 import math
-from pathlib import Path
 from typing import Any
 
 import torch
 
-from bench.common import markdown_table, relative_error, time_cuda, write_results
+from bench.common import (
+    TOLERANCE,
+    add_semi24,
+    bench_parser,
+    case_notes,
+    markdown_table,
+    relative_error,
+    require_kernels,
+    time_cuda,
+    write_results,
+)
 from bench.tw_bench import SHAPES as TW_SHAPES
-from bench.tw_bench import TOLERANCE, semi_structured_24
-from sparseprune.export.formats.extension import load_kernels
 from sparseprune.export.formats.nm import PackedNM, auto_route, pack_nm, tw_view
 
 log = logging.getLogger("nm_bench")
 
+LEGEND = (
+    "Times are medians of CUDA-graph replays (launch overhead excluded) on the same device in one run. "
+    "'N:M' takes x row-major through PackedNM.matmul (kernel: simt = CUDA-core SpMV/SpMM, tw = TW tensor-core "
+    "kernel on the repacked weight, with its transpose of x); 'TW-fm' gives the TW route x feature-major. "
+    "'ideal' is the dense GEMM over the kept K; 'weight-bytes bound' is dense weight bytes / packed bytes "
+    "(values + uint8 indices), the M = 1 ceiling. torch 2:4 prunes B by magnitude itself (timing only)."
+)
 NMSPARSE_SHAPES = {
     f"nms_m{m}_k{k}_n{n}": (m, k, n)
     for m in (1, 256, 1024, 4096)
@@ -141,12 +154,7 @@ def run_shape(
         if t_dense is not None:
             add_ratios(row, t_dense)
             if kept * 2 == m and vector == 1:
-                fn, why = semi_structured_24(x, b)
-                if fn is None:
-                    row["semi24_note"] = why
-                else:
-                    row["semi24_us"] = time_cuda(fn).median_us
-                    row["semi24_speedup"] = t_dense / row["semi24_us"]
+                add_semi24(row, x, b, t_dense)
         log.info(
             "%s %s V=%d %s err=%.2e speedup=%s",
             name,
@@ -160,33 +168,13 @@ def run_shape(
     return rows
 
 
-def _notes(rows: list[dict[str, Any]], dtype_name: str) -> list[str]:
-    failed = sum(not r["passed"] for r in rows)
-    notes = [
-        f"dtype {dtype_name}; {len(rows)} cases, {failed} over the error tolerance "
-        f"({TOLERANCE[getattr(torch, dtype_name)]:g} relative to the fp32 reference on fresh random inputs).",
-        "Times are medians of CUDA-graph replays (launch overhead excluded) on the same device in one run. "
-        "'N:M' takes x row-major through PackedNM.matmul (kernel: simt = CUDA-core SpMV/SpMM, tw = TW tensor-core "
-        "kernel on the repacked weight, with its transpose of x); 'TW-fm' gives the TW route x feature-major. "
-        "'ideal' is the dense GEMM over the kept K; 'weight-bytes bound' is dense weight bytes / packed bytes "
-        "(values + uint8 indices), the M = 1 ceiling. torch 2:4 prunes B by magnitude itself (timing only).",
-    ]
-    return notes + sorted({f"{r['shape']}: {r['semi24_note']}" for r in rows if "semi24_note" in r})
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--shapes", nargs="*", default=list(SHAPES), choices=list(SHAPES))
+    parser = bench_parser(__doc__.splitlines()[0], SHAPES)
     parser.add_argument("--patterns", nargs="*", default=["2:4", "2:8", "3:32"], help="N:M patterns (kept:group)")
     parser.add_argument("--vectors", nargs="*", type=int, default=[1, 128], help="1 = element-wise, V = vector-wise")
-    parser.add_argument("--dtype", choices=["float16", "bfloat16"], default="float16")
-    parser.add_argument("--check-only", action="store_true", help="correctness only, no timing")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=None, help="results prefix: writes PREFIX.json and PREFIX.md")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    if not torch.cuda.is_available() or load_kernels() is None:
-        raise SystemExit("nm_bench needs a CUDA GPU and the built sparseprune._kernels extension")
+    require_kernels("nm_bench")
     for pattern in args.patterns:
         kept, m = parse_pattern(pattern)
         if not 1 <= kept < m:
@@ -199,7 +187,7 @@ def main() -> None:
         rows += run_shape(name, args.patterns, args.vectors, dtype, gen, args.check_only)
         torch.cuda.empty_cache()
         if args.out:  # after every shape, so a run cut short still leaves its finished cases
-            write_results(args.out, rows, columns, _notes(rows, args.dtype))
+            write_results(args.out, rows, columns, case_notes(rows, args.dtype, LEGEND))
     print(markdown_table(rows, columns))  # the table is the bench's output
     failed = [r for r in rows if not r["passed"]]
     if failed:

@@ -7,18 +7,24 @@ Every case is checked against an fp32 reference on fresh random inputs before it
 
 from __future__ import annotations
 
-import argparse
 import logging
 import math
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
-from bench.common import markdown_table, relative_error, time_cuda, write_results
-from sparseprune.export.formats.extension import load_kernels
+from bench.common import (
+    TOLERANCE,
+    add_semi24,
+    bench_parser,
+    case_notes,
+    markdown_table,
+    relative_error,
+    require_kernels,
+    time_cuda,
+    write_results,
+)
 from sparseprune.export.formats.tw import PackedTW, pack_tw
 
 log = logging.getLogger("tw_bench")
@@ -33,8 +39,11 @@ SHAPES: dict[str, tuple[int, int, int]] = {  # name: (M, K, N), cheapest first s
     "vgg_conv4": (6272, 4608, 512),
     "cube_8192": (8192, 8192, 8192),
 }
-TOLERANCE = {torch.float16: 2e-3, torch.bfloat16: 1e-2}
 EMULATION_MAX_BYTES = 2 << 30
+LEGEND = (
+    "Times are medians of CUDA-graph replays (launch overhead excluded) on the same device in one run; "
+    "'TW' takes x row-major (M x K) and includes its transpose, 'TW-fm' takes x feature-major (K x M)."
+)
 SHORT_COLUMNS = {
     "shape",
     "G",
@@ -119,27 +128,6 @@ def emulation(packed: PackedTW) -> Callable[[torch.Tensor], torch.Tensor]:
         return y
 
     return run
-
-
-def semi_structured_24(x: torch.Tensor, b: torch.Tensor) -> tuple[Callable[[], torch.Tensor] | None, str]:
-    """torch's 2:4 (cuSPARSELt) GEMM for x @ B with B pruned 2:4 along K, or None and the reason."""
-    try:
-        from torch.sparse import to_sparse_semi_structured
-
-        w = b.t().contiguous()
-        groups = w.view(w.shape[0], -1, 4)
-        keep = groups.abs().topk(2, dim=-1).indices
-        mask = torch.zeros_like(groups, dtype=torch.bool).scatter_(-1, keep, True).view_as(w)
-        w_sparse = to_sparse_semi_structured(w * mask)
-        xin = x if x.shape[0] >= 32 else F.pad(x, (0, 0, 0, 32 - x.shape[0]))
-        ref = (xin.float() @ (w * mask).t().float())[: x.shape[0]]
-        out = F.linear(xin, w_sparse)[: x.shape[0]]
-        err = relative_error(out, ref)
-        if err > TOLERANCE[x.dtype]:
-            return None, f"2:4 result off by {err:.2e}"
-        return (lambda: F.linear(xin, w_sparse)), ""
-    except (RuntimeError, ValueError, NotImplementedError) as err:
-        return None, f"2:4 unavailable: {str(err).splitlines()[0][:120]}"
 
 
 def kernel_profile(fn: Callable[[], Any], calls: int = 3) -> dict[str, float]:
@@ -227,40 +215,18 @@ def run_case(
         row["profile_fm"] = kernel_profile(lambda: packed.matmul_feature_major(xt))
         row["profile_row_major"] = kernel_profile(lambda: packed.matmul(x))
     if sparsity == 0.5:
-        fn, why = semi_structured_24(x, b)
-        if fn is None:
-            row["semi24_note"] = why
-        else:
-            row["semi24_us"] = time_cuda(fn).median_us
-            row["semi24_speedup"] = t_dense / row["semi24_us"]
+        add_semi24(row, x, b, t_dense)
     return row
 
 
-def _notes(rows: list[dict[str, Any]], dtype_name: str) -> list[str]:
-    failed = sum(not r["passed"] for r in rows)
-    notes = [
-        f"dtype {dtype_name}; {len(rows)} cases, {failed} over the error tolerance "
-        f"({TOLERANCE[getattr(torch, dtype_name)]:g} relative to the fp32 reference on fresh random inputs).",
-        "Times are medians of CUDA-graph replays (launch overhead excluded) on the same device in one run; "
-        "'TW' takes x row-major (M x K) and includes its transpose, 'TW-fm' takes x feature-major (K x M).",
-    ]
-    return notes + sorted({f"{r['shape']}: {r['semi24_note']}" for r in rows if "semi24_note" in r})
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--shapes", nargs="*", default=list(SHAPES), choices=list(SHAPES))
+    parser = bench_parser(__doc__.splitlines()[0], SHAPES)
     parser.add_argument("--sparsities", nargs="*", type=float, default=[0.3, 0.4, 0.5, 0.75, 0.9])
     parser.add_argument("--granularities", nargs="*", type=int, default=[64, 128])
-    parser.add_argument("--dtype", choices=["float16", "bfloat16"], default="float16")
-    parser.add_argument("--check-only", action="store_true", help="correctness only, no timing")
-    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--profile", action="store_true", help="also log per-kernel device times of each case")
-    parser.add_argument("--out", type=Path, default=None, help="results prefix: writes PREFIX.json and PREFIX.md")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    if not torch.cuda.is_available() or load_kernels() is None:
-        raise SystemExit("tw_bench needs a CUDA GPU and the built sparseprune._kernels extension")
+    require_kernels("tw_bench")
     dtype = getattr(torch, args.dtype)
     gen = torch.Generator().manual_seed(args.seed)
     columns = COLUMNS[:7] + [("rel_err", "rel err"), ("passed", "passed")] if args.check_only else COLUMNS
@@ -281,7 +247,7 @@ def main() -> None:
                 if "profile_fm" in row:
                     log.info("  kernels fm: %s\n  kernels row-major: %s", row["profile_fm"], row["profile_row_major"])
         if args.out:  # after every shape, so a run cut short still leaves its finished cases
-            write_results(args.out, rows, columns, _notes(rows, args.dtype))
+            write_results(args.out, rows, columns, case_notes(rows, args.dtype, LEGEND))
     failed = [r for r in rows if not r["passed"]]
     short = [c for c in columns if c[0] in SHORT_COLUMNS] if not args.check_only else columns
     print(markdown_table(rows, short))  # the table is the bench's output
