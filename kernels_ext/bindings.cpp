@@ -41,6 +41,27 @@ void check_index(const at::Tensor& t, const char* name, const at::Device& device
   TORCH_CHECK(numel < 0 || t.numel() == numel, name, " must have ", num(numel), " entries, got ", num(t.numel()));
 }
 
+// x of a sparse GEMM: a 2-D, contiguous float16 or bfloat16 CUDA tensor (its device and dtype bind the others).
+void check_activations(const at::Tensor& x) {
+  TORCH_CHECK(x.dim() == 2, "x must be 2-D, got ", num(x.dim()), "-D");
+  TORCH_CHECK(x.is_cuda(), "x must be a CUDA tensor");
+  check_cuda_tensor(x, "x", x.device());
+  const auto dtype = x.scalar_type();
+  TORCH_CHECK(dtype == at::kHalf || dtype == at::kBFloat16, "x must be float16 or bfloat16, got ", dtype);
+}
+
+// The fused epilogue's bias: N entries on x's device, in x's dtype.
+void check_bias(const std::optional<at::Tensor>& bias, const at::Tensor& x, int64_t N) {
+  if (!bias.has_value()) return;
+  check_cuda_tensor(*bias, "bias", x.device());
+  TORCH_CHECK(bias->scalar_type() == x.scalar_type(), "bias is ", bias->scalar_type(), " but x is ", x.scalar_type());
+  TORCH_CHECK(bias->numel() == N, "bias must have N = ", num(N), " entries, got ", num(bias->numel()));
+}
+
+void check_activation_code(int64_t activation) {
+  TORCH_CHECK(activation >= 0 && activation <= 2, "activation code must be 0 (none), 1 (relu) or 2 (gelu)");
+}
+
 int sm_count(int device) {
   int count = 0;
   const cudaError_t err = cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device);
@@ -59,18 +80,15 @@ at::Tensor tw_matmul(const at::Tensor& x, const at::Tensor& values, const at::Te
                      const std::optional<at::Tensor>& res_ptr, const std::optional<at::Tensor>& res_rows,
                      const std::optional<at::Tensor>& res_vals, int64_t K, int64_t N, int64_t granularity,
                      int64_t max_tile_k, int64_t activation, bool feature_major, int64_t path) {
-  TORCH_CHECK(x.dim() == 2, "x must be 2-D, got ", num(x.dim()), "-D");
-  TORCH_CHECK(x.is_cuda(), "x must be a CUDA tensor");
+  check_activations(x);
   const at::Device device = x.device();
-  check_cuda_tensor(x, "x", device);
   const auto dtype = x.scalar_type();
-  TORCH_CHECK(dtype == at::kHalf || dtype == at::kBFloat16, "x must be float16 or bfloat16, got ", dtype);
   const int64_t M = feature_major ? x.size(1) : x.size(0);
   TORCH_CHECK((feature_major ? x.size(0) : x.size(1)) == K, "x has K = ", num(feature_major ? x.size(0) : x.size(1)),
               " but the packed weight has K = ", num(K));
   TORCH_CHECK(K % 8 == 0 && N % 8 == 0, "K and N must be multiples of 8, got K = ", num(K), ", N = ", num(N));
   TORCH_CHECK(granularity == 32 || granularity == 64 || granularity == 128, "granularity must be 32, 64 or 128");
-  TORCH_CHECK(activation >= 0 && activation <= 2, "activation code must be 0 (none), 1 (relu) or 2 (gelu)");
+  check_activation_code(activation);
   TORCH_CHECK(path >= 0 && path <= 2, "path must be 0 (auto), 1 (mma.sync) or 2 (wgmma)");
   TORCH_CHECK(!feature_major || M % 8 == 0 || M <= tw::kSmallM,
               "feature-major x needs M a multiple of 8 (16-byte rows), got M = ", num(M));
@@ -90,11 +108,7 @@ at::Tensor tw_matmul(const at::Tensor& x, const at::Tensor& values, const at::Te
   check_index(col_pos, "col_pos", device, N);
   check_index(pruned_cols, "pruned_cols", device, -1);
   TORCH_CHECK(max_tile_k >= 0 && max_tile_k % tw::kKStep == 0, "max_tile_k must be a multiple of ", num(tw::kKStep));
-  if (bias.has_value()) {
-    check_cuda_tensor(*bias, "bias", device);
-    TORCH_CHECK(bias->scalar_type() == dtype, "bias is ", bias->scalar_type(), " but x is ", dtype);
-    TORCH_CHECK(bias->numel() == N, "bias must have N = ", num(N), " entries, got ", num(bias->numel()));
-  }
+  check_bias(bias, x, N);
   const bool has_residual = res_ptr.has_value();
   TORCH_CHECK(has_residual == res_rows.has_value() && has_residual == res_vals.has_value(),
               "the TEW residual needs res_ptr, res_rows and res_vals together");
@@ -174,19 +188,16 @@ at::Tensor tw_matmul(const at::Tensor& x, const at::Tensor& values, const at::Te
 at::Tensor nm_matmul(const at::Tensor& x, const at::Tensor& values, const at::Tensor& idx,
                      const std::optional<at::Tensor>& bias, int64_t K, int64_t N, int64_t m, int64_t kept,
                      int64_t vector, int64_t activation) {
-  TORCH_CHECK(x.dim() == 2, "x must be 2-D (M, K), got ", num(x.dim()), "-D");
-  TORCH_CHECK(x.is_cuda(), "x must be a CUDA tensor");
+  check_activations(x);
   const at::Device device = x.device();
-  check_cuda_tensor(x, "x", device);
   const auto dtype = x.scalar_type();
-  TORCH_CHECK(dtype == at::kHalf || dtype == at::kBFloat16, "x must be float16 or bfloat16, got ", dtype);
   TORCH_CHECK(x.size(1) == K, "x has K = ", num(x.size(1)), " but the packed weight has K = ", num(K));
   TORCH_CHECK(m >= 2 && m <= 32 && (m & (m - 1)) == 0, "N:M kernels need M a power of two in [2, 32], got M = ", num(m));
   TORCH_CHECK(kept >= 1 && kept < m, "N:M kernels need 1 <= N < M, got N = ", num(kept), ", M = ", num(m));
   TORCH_CHECK(K >= 0 && K % m == 0, "K must be a multiple of M, got K = ", num(K), ", M = ", num(m));
   TORCH_CHECK(N > 0 && N % 8 == 0, "N must be a positive multiple of 8 (16-byte value rows), got N = ", num(N));
   TORCH_CHECK(vector >= 1 && N % vector == 0, "vector must divide N, got vector = ", num(vector), ", N = ", num(N));
-  TORCH_CHECK(activation >= 0 && activation <= 2, "activation code must be 0 (none), 1 (relu) or 2 (gelu)");
+  check_activation_code(activation);
   const int64_t rows = K / m * kept;
 
   check_cuda_tensor(values, "values", device);
@@ -199,11 +210,7 @@ at::Tensor nm_matmul(const at::Tensor& x, const at::Tensor& values, const at::Te
   TORCH_CHECK(idx.dim() == 2 && idx.size(0) == rows && idx.size(1) == N / vector, "idx must be (K/M*kept, N/vector) = (",
               num(rows), ", ", num(N / vector), "), got ", shape(idx.sizes()));
   TORCH_CHECK(reinterpret_cast<uintptr_t>(idx.data_ptr()) % 8 == 0, "idx must be 8-byte aligned");
-  if (bias.has_value()) {
-    check_cuda_tensor(*bias, "bias", device);
-    TORCH_CHECK(bias->scalar_type() == dtype, "bias is ", bias->scalar_type(), " but x is ", dtype);
-    TORCH_CHECK(bias->numel() == N, "bias must have N = ", num(N), " entries, got ", num(bias->numel()));
-  }
+  check_bias(bias, x, N);
 
   const c10::cuda::CUDAGuard guard(device);
   const int64_t M = x.size(0);
