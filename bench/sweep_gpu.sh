@@ -55,7 +55,7 @@ python -m sparseprune.report "$sweep_dir"
 out=bench/results/${workload}_sweep
 mkdir -p "$out"
 cp -r "$sweep_dir/report.md" "$sweep_dir/figures" "$out/"
-python bench/collect_runs.py --out "$out/table" --metric "$metric" --scale "$scale" --command "bash bench/sweep_gpu.sh $workload" \
+python bench/collect_runs.py --out "$out/table" --metric "$metric" --scale "$scale" --command "${EXTRA:+EXTRA='$EXTRA' }bash bench/sweep_gpu.sh $workload" \
   --device "$(python -c 'import torch; print(torch.cuda.get_device_name())')" \
   dense="$dense_dir/summary.json" --sweep "$sweep_dir"
 exit $failed
