@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# A controlled comparison on one GPU: points that differ in one setting, all pruned at once from the workload's
+# dense reference (the one bench/sweep_gpu.sh trains, reused when present), collected into
+# bench/results/<study>.{json,md} with per-run logs.
+#   bash bench/study_gpu.sh vgg16_layer_floor  # BW 32x32 at 75%: no per-layer floor against 0.99
+#   bash bench/study_gpu.sh bert_layer_floor   # MiniLM, TW G=128 at 75%: no floor, 0.9, 0.8
+#   bash bench/study_gpu.sh bert_schedule      # MiniLM at 75%, the presets' 3 stages x 2 epochs: EW, TW G=64/128, TEW
+# Environment: RUNS (default logs/gpu), EXTRA (overrides for every run), MODEL_DIR / TWEETS_CSV as for sweep_gpu.sh.
+set -euo pipefail
+study=${1:?usage: bash bench/study_gpu.sh vgg16_layer_floor|bert_layer_floor|bert_schedule}
+runs=${RUNS:-logs/gpu}
+read -ra extra <<< "${EXTRA:-}"
+source "$(dirname "$0")/workloads.sh"
+floor=callbacks.staged_pruning.max_layer_sparsity
+case $study in
+  vgg16_layer_floor)
+    use_workload vgg16
+    points=("bw-75-floor-1.0=pattern=bw $floor=1.0" "bw-75-floor-0.99=pattern=bw $floor=0.99")
+    base=(experiment=vgg16_fmnist_prune schedule.target=0.75) ;;
+  bert_layer_floor)
+    use_workload bert
+    points=("tw128-75-floor-1.0=$floor=1.0" "tw128-75-floor-0.9=$floor=0.9" "tw128-75-floor-0.8=$floor=0.8")
+    base=(experiment=paper/bert_tw128 schedule.target=0.75 "${schedule[@]}") ;;
+  bert_schedule)
+    use_workload bert
+    points=("ew-75=experiment=paper/bert_ew" "tw64-75=experiment=paper/bert_tw64"
+      "tw128-75=experiment=paper/bert_tw128" "tew-75=experiment=paper/bert_tew"
+      "tw128-75-no-columns=experiment=paper/bert_tw128 pattern.column_share=0")
+    base=(schedule.target=0.75 schedule.stages=3 schedule.finetune_epochs=2) ;;
+  *) echo "unknown study $study" >&2; exit 2 ;;
+esac
+train_dense
+out=bench/results/$study
+labelled=(dense="$dense_dir/summary.json")
+for point in "${points[@]}"; do
+  label=${point%%=*}
+  read -ra overrides <<< "${point#*=}"
+  run_dir=$runs/${study}_$label
+  python train.py "${base[@]}" "${overrides[@]}" "${text[@]}" init_ckpt="$dense_dir/checkpoints/last.ckpt" \
+    schedule.dense_epochs=0 "${common[@]}" "${extra[@]}" hydra.run.dir="$run_dir" > "$run_dir.console.log" 2>&1 &
+  labelled+=("$label=$run_dir/summary.json")
+done
+failed=0
+for job in $(jobs -p); do wait "$job" || failed=1; done
+mkdir -p "${out}_logs"
+for item in "${labelled[@]}"; do  # each run's training log and summary beside the table
+  summary=${item#*=}
+  cp "$(dirname "$summary")/train.log" "${out}_logs/${item%%=*}.log" 2>/dev/null || true
+  cp "$summary" "${out}_logs/${item%%=*}.summary.json" 2>/dev/null || true
+done
+python bench/collect_runs.py --out "$out" --metric "$metric" --scale "$scale" \
+  --command "${EXTRA:+EXTRA='$EXTRA' }bash bench/study_gpu.sh $study" --device "$(gpu_name)" "${labelled[@]}"
+exit $failed
