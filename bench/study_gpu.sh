@@ -5,9 +5,10 @@
 #   bash bench/study_gpu.sh vgg16_layer_floor  # BW 32x32 at 75%: no per-layer floor against 0.99
 #   bash bench/study_gpu.sh bert_layer_floor   # MiniLM, TW G=128 at 75%: no floor, 0.9, 0.8
 #   bash bench/study_gpu.sh bert_schedule      # MiniLM at 75%, the presets' 3 stages x 2 epochs: EW, TW G=64/128, TEW
+#   bash bench/study_gpu.sh bert_finetune_lr   # MiniLM at 75%, EW and TW G=128 fine-tuned at 2e-5 and 1e-5 (not 5e-5)
 # Environment: RUNS (default logs/gpu), EXTRA (overrides for every run), MODEL_DIR / TWEETS_CSV as for sweep_gpu.sh.
 set -euo pipefail
-study=${1:?usage: bash bench/study_gpu.sh vgg16_layer_floor|bert_layer_floor|bert_schedule}
+study=${1:?usage: bash bench/study_gpu.sh vgg16_layer_floor|bert_layer_floor|bert_schedule|bert_finetune_lr}
 runs=${RUNS:-logs/gpu}
 read -ra extra <<< "${EXTRA:-}"
 source "$(dirname "$0")/workloads.sh"
@@ -27,6 +28,14 @@ case $study in
       "tw128-75=experiment=paper/bert_tw128" "tew-75=experiment=paper/bert_tew"
       "tw128-75-no-columns=experiment=paper/bert_tw128 pattern.column_share=0")
     base=(schedule.target=0.75 schedule.stages=3 schedule.finetune_epochs=2) ;;
+  bert_finetune_lr)
+    use_workload bert
+    points=()
+    for lr in 2e-5 1e-5; do
+      points+=("ew-75-lr$lr=experiment=paper/bert_ew model.optimizer.lr=$lr"
+        "tw128-75-lr$lr=experiment=paper/bert_tw128 model.optimizer.lr=$lr")
+    done
+    base=(schedule.target=0.75 "${schedule[@]}") ;;
   *) echo "unknown study $study" >&2; exit 2 ;;
 esac
 train_dense
