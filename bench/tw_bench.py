@@ -42,7 +42,8 @@ SHAPES: dict[str, tuple[int, int, int]] = {  # name: (M, K, N), cheapest first s
 EMULATION_MAX_BYTES = 2 << 30
 LEGEND = (
     "Times are medians of CUDA-graph replays (launch overhead excluded) on the same device in one run; "
-    "'TW' takes x row-major (M x K) and includes its transpose, 'TW-fm' takes x feature-major (K x M)."
+    "'TW' takes x row-major (M x K) and includes its transpose, 'TW-fm' takes x feature-major (K x M); "
+    "the 'wgmma' and 'wgmma.ws' columns force the two Hopper kernels on feature-major x ('auto' picks wgmma.ws)."
 )
 SHORT_COLUMNS = {
     "shape",

@@ -190,14 +190,20 @@ __device__ __forceinline__ void consumer_epilogue(const PackedTile& w, const Pro
   float* s_c = reinterpret_cast<float*>(stage_c);
   int* s_cols = reinterpret_cast<int*>(s_c + 64 * Cfg::kLdc);
   const int bar_id = 1 + cwg;
-#pragma unroll
+  // A rolled loop keeps one copy of store_tile; the accumulators are still indexed by compile-time b only.
+#pragma unroll 1
   for (int i = 0; i < MIWG; ++i) {
     named_barrier_sync<Cfg::kWarpgroup>(bar_id);  // the previous rows' stores are done reading the buffer
 #pragma unroll
-    for (int j = 0; j < BN / 8; ++j) {
-      const int r = wq * 16 + g, n = j * 8 + 2 * t4;
-      *reinterpret_cast<float2*>(s_c + r * Cfg::kLdc + n) = make_float2(acc[i][4 * j], acc[i][4 * j + 1]);
-      *reinterpret_cast<float2*>(s_c + (r + 8) * Cfg::kLdc + n) = make_float2(acc[i][4 * j + 2], acc[i][4 * j + 3]);
+    for (int b = 0; b < MIWG; ++b) {
+      if (b != i) continue;
+#pragma unroll
+      for (int j = 0; j < BN / 8; ++j) {
+        const int r = wq * 16 + g, n = j * 8 + 2 * t4;
+        *reinterpret_cast<float2*>(s_c + r * Cfg::kLdc + n) = make_float2(acc[b][4 * j], acc[b][4 * j + 1]);
+        *reinterpret_cast<float2*>(s_c + (r + 8) * Cfg::kLdc + n) =
+            make_float2(acc[b][4 * j + 2], acc[b][4 * j + 3]);
+      }
     }
     if (i == 0) {
       for (int n = wtid; n < BN; n += Cfg::kWarpgroup) s_cols[n] = w.cols[it.tile * BN + n];
