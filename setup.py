@@ -50,6 +50,7 @@ def _extensions() -> tuple[list, dict]:
         "kernels_ext/bindings.cpp",
         "kernels_ext/tw_gemm.cu",
         "kernels_ext/tw_gemm_sm90.cu",
+        "kernels_ext/tw_gemm_sm90_ws.cu",
         "kernels_ext/nm_gemm.cu",
     ]
     ext = CUDAExtension(

@@ -42,7 +42,8 @@ SHAPES: dict[str, tuple[int, int, int]] = {  # name: (M, K, N), cheapest first s
 EMULATION_MAX_BYTES = 2 << 30
 LEGEND = (
     "Times are medians of CUDA-graph replays (launch overhead excluded) on the same device in one run; "
-    "'TW' takes x row-major (M x K) and includes its transpose, 'TW-fm' takes x feature-major (K x M)."
+    "'TW' takes x row-major (M x K) and includes its transpose, 'TW-fm' takes x feature-major (K x M); "
+    "the 'wgmma' and 'wgmma.ws' columns force the two Hopper kernels on feature-major x ('auto' picks wgmma.ws)."
 )
 SHORT_COLUMNS = {
     "shape",
@@ -56,6 +57,10 @@ SHORT_COLUMNS = {
     "speedup_fm",
     "ideal_ratio",
     "fm_of_ideal",
+    "tw_fm_wgmma_ws_us",
+    "tw_fm_wgmma_us",
+    "ws_of_ideal",
+    "wgmma_of_ideal",
     "fm_of_bound",
     "emul_speedup",
     "semi24_speedup",
@@ -74,10 +79,14 @@ COLUMNS = [
     ("tw_us", "TW µs (x row-major)"),
     ("tw_fm_us", "TW µs (x feature-major)"),
     ("tw_fm_mma_sync_us", "TW-fm µs (mma.sync)"),
+    ("tw_fm_wgmma_us", "TW-fm µs (wgmma)"),
+    ("tw_fm_wgmma_ws_us", "TW-fm µs (wgmma.ws)"),
     ("speedup", "TW ×dense"),
     ("speedup_fm", "TW-fm ×dense"),
     ("ideal_ratio", "ideal ×dense"),
     ("fm_of_ideal", "TW-fm / ideal"),
+    ("wgmma_of_ideal", "wgmma / ideal"),
+    ("ws_of_ideal", "wgmma.ws / ideal"),
     ("bytes_bound", "weight-bytes bound ×"),
     ("fm_of_bound", "TW-fm / bound"),
     ("emul_speedup", "index_select emul ×dense"),
@@ -104,6 +113,13 @@ def bench_tw_mask(k: int, n: int, granularity: int, sparsity: float, gen: torch.
         rows = torch.randperm(k, generator=gen)[:n_rows]
         mask[rows.unsqueeze(1), cols.unsqueeze(0)] = True
     return mask
+
+
+def hopper_kernels(m: int, granularity: int) -> tuple[str, ...]:
+    """The forced wgmma kernels this case can run: Hopper, G 64/128, M past the GEMV range."""
+    if torch.cuda.get_device_capability() != (9, 0) or granularity == 32 or m <= 16:
+        return ()
+    return ("wgmma", "wgmma.ws")
 
 
 def emulation(packed: PackedTW) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -178,7 +194,9 @@ def run_case(
         "rel_err_fm": relative_error(y_fm.t(), ref),
         "rel_err_emul": relative_error(emul(x), ref) if emul else None,
     }
-    row["passed"] = max(row["rel_err"], row["rel_err_fm"]) <= TOLERANCE[dtype]
+    for kernel in hopper_kernels(m, granularity):
+        row[f"rel_err_{kernel}"] = relative_error(packed.matmul_feature_major(xt, kernel=kernel).t(), ref)
+    row["passed"] = max(v for key, v in row.items() if key.startswith("rel_err") and v is not None) <= TOLERANCE[dtype]
     if check_only:
         return row
     k_ideal = max(8, round((1 - sparsity) * k / 8) * 8)
@@ -187,6 +205,10 @@ def run_case(
     t_tw = time_cuda(lambda: packed.matmul(x)).median_us
     t_fm = time_cuda(lambda: packed.matmul_feature_major(xt)).median_us
     t_fm_mma = time_cuda(lambda: packed.matmul_feature_major(xt, kernel="mma.sync")).median_us if m > 16 else None
+    t_hopper = {
+        kernel: time_cuda(lambda kernel=kernel: packed.matmul_feature_major(xt, kernel=kernel)).median_us
+        for kernel in hopper_kernels(m, granularity)
+    }
     t_emul = time_cuda(lambda: emul(x)).median_us if emul else None
     t_ideal = time_cuda(lambda: torch.matmul(x_ideal, b_ideal)).median_us
     kept_flops = 2.0 * m * float(mask.sum())
@@ -196,6 +218,10 @@ def run_case(
             "tw_us": t_tw,
             "tw_fm_us": t_fm,
             "tw_fm_mma_sync_us": t_fm_mma,
+            "tw_fm_wgmma_us": t_hopper.get("wgmma"),
+            "tw_fm_wgmma_ws_us": t_hopper.get("wgmma.ws"),
+            "wgmma_of_ideal": t_ideal / t_hopper["wgmma"] if "wgmma" in t_hopper else None,
+            "ws_of_ideal": t_ideal / t_hopper["wgmma.ws"] if "wgmma.ws" in t_hopper else None,
             "emul_us": t_emul,
             "ideal_us": t_ideal,
             "k_ideal": k_ideal,

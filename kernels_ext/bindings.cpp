@@ -73,7 +73,8 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 
 // y = act(x @ B + bias) for the packed TW weight B (K x N). x is (M, K) row-major, or (K, M) when
 // feature_major (then y is (N, M) too, so consecutive sparse layers need no transpose). `path` forces the
-// tensor-core kernel family for M > 16 (0 auto, 1 mma.sync, 2 wgmma); tests and benchmarks compare them.
+// tensor-core kernel family for M > 16 (0 auto, 1 mma.sync, 2 wgmma, 3 warp-specialized wgmma); tests and
+// benchmarks compare them.
 at::Tensor tw_matmul(const at::Tensor& x, const at::Tensor& values, const at::Tensor& rows,
                      const at::Tensor& tile_ptr, const at::Tensor& cols, const at::Tensor& col_pos,
                      const at::Tensor& pruned_cols, const std::optional<at::Tensor>& bias,
@@ -89,7 +90,7 @@ at::Tensor tw_matmul(const at::Tensor& x, const at::Tensor& values, const at::Te
   TORCH_CHECK(K % 8 == 0 && N % 8 == 0, "K and N must be multiples of 8, got K = ", num(K), ", N = ", num(N));
   TORCH_CHECK(granularity == 32 || granularity == 64 || granularity == 128, "granularity must be 32, 64 or 128");
   check_activation_code(activation);
-  TORCH_CHECK(path >= 0 && path <= 2, "path must be 0 (auto), 1 (mma.sync) or 2 (wgmma)");
+  TORCH_CHECK(path >= 0 && path <= 3, "path must be 0 (auto), 1 (mma.sync), 2 (wgmma) or 3 (wgmma.ws)");
   TORCH_CHECK(!feature_major || M % 8 == 0 || M <= tw::kSmallM,
               "feature-major x needs M a multiple of 8 (16-byte rows), got M = ", num(M));
   TORCH_CHECK(aligned16(x.data_ptr()), "x must be 16-byte aligned");

@@ -1,5 +1,6 @@
-// Inline-PTX wrappers of the sm_90a warpgroup MMA (wgmma) used by tw_gemm.cu: D(64 x N, fp32) += A(64 x 16) B(16 x N)
-// with both operands in shared memory, MN-major, 128-byte swizzled. PTX names every accumulator register, hence
+// Inline-PTX wrappers of the sm_90a warpgroup MMA (wgmma) used by the Hopper TW kernels: D(64 x N, fp32) +=
+// A(64 x 16) B(16 x N) with both operands in shared memory, MN-major, 128-byte swizzled, plus the mbarrier and
+// register-reallocation primitives of the warp-specialized kernel. PTX names every accumulator register, hence
 // the long operand lists. No torch headers here.
 #pragma once
 
@@ -26,7 +27,58 @@ __device__ __forceinline__ uint64_t wgmma_desc(uint32_t smem_byte_addr, uint32_t
   return desc;
 }
 
+// Byte offset of 16-byte chunk `chunk` (8 elements along M/N) of K row `k` in a stage of 64-wide slabs: the
+// 128-byte swizzle that the descriptors above describe (slab = 64 M/N elements x 64 K rows).
+__device__ __forceinline__ int slab_offset(int k, int chunk, int slab_bytes) {
+  return (chunk >> 3) * slab_bytes + (k >> 3) * 1024 + (k & 7) * 128 + (((chunk & 7) ^ (k & 7)) << 4);
+}
+
 #ifdef SPARSEPRUNE_WGMMA
+// mbarrier in shared memory (byte address `bar`) expecting `count` arrivals per phase.
+__device__ __forceinline__ void mbarrier_init(uint32_t bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+// Makes initialised mbarriers visible to the other threads (and to the async proxy that cp.async arrives through).
+__device__ __forceinline__ void fence_mbarrier_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+// Spins until the phase of `bar` with parity `parity` has completed (a fresh barrier counts parity 1 as done).
+__device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n"
+        "}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (done == 0);
+}
+__device__ __forceinline__ void mbarrier_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// One arrival on `bar` once every cp.async this thread issued so far has landed (the expected count already
+// includes it: .noinc).
+__device__ __forceinline__ void cp_async_mbarrier_arrive(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+// Named barrier among `Threads` threads (id 0 is __syncthreads).
+template <int Threads>
+__device__ __forceinline__ void named_barrier_sync(int id) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "n"(Threads) : "memory");
+}
+// Per-warpgroup register budget (the whole warpgroup executes it).
+template <int Regs>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Regs));
+}
+template <int Regs>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(Regs));
+}
+
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N>
@@ -111,6 +163,22 @@ __device__ __forceinline__ void wgmma_mn_major<128, __nv_bfloat16>(float* d, uin
         "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
         "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
       : "l"(desc_a), "l"(desc_b), "r"(1));
+}
+
+// One K step of a warpgroup: K16Steps k16 MMAs for each of its MIWG 64-row blocks of A (slabs first_slab ..),
+// all sharing B. sa/sb are shared-memory byte addresses of stages laid out by slab_offset.
+template <typename T, int BN, int MIWG, int K16Steps>
+__device__ __forceinline__ void wgmma_k_step(float (&acc)[MIWG][BN / 2], uint32_t sa, uint32_t sb, int first_slab,
+                                             int slab_bytes) {
+#pragma unroll
+  for (int kk = 0; kk < K16Steps; ++kk) {
+    const uint64_t desc_b = wgmma_desc(sb + kk * 2048, slab_bytes, 1024);
+#pragma unroll
+    for (int i = 0; i < MIWG; ++i) {
+      const uint32_t a_addr = sa + (first_slab + i) * slab_bytes + kk * 2048;
+      wgmma_mn_major<BN, T>(acc[i], wgmma_desc(a_addr, slab_bytes, 1024), desc_b);
+    }
+  }
 }
 
 #endif  // SPARSEPRUNE_WGMMA

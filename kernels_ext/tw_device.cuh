@@ -36,9 +36,12 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
-// 16-byte global->shared copy; src_bytes == 0 fills zeros (padding rows, rows past M).
+// 16-byte global->shared copy to a shared byte address; src_bytes == 0 fills zeros (padding rows, rows past M).
+__device__ __forceinline__ void cp_async16_to(uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+}
 __device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(src_bytes));
+  cp_async16_to(smem_addr(dst), src, src_bytes);
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
@@ -65,12 +68,11 @@ __device__ __forceinline__ float finish(float v, int col, int64_t m, const Packe
 }
 
 // Writes a finished fp32 tile (staged in shared memory) through `cols`, applying bias, TEW residual and
-// activation. x is feature-major here: x[k*ldx + m].
+// activation; threads tid = 0 .. kThreads-1 share the work. x is feature-major here: x[k*ldx + m].
 template <typename T, int BM, int BN, int kThreads>
 __device__ __forceinline__ void store_tile(const float* s_c, int ldc, const int* s_cols, const PackedTile& w,
-                                           const Problem& p, int64_t m0, bool feature_major_out) {
+                                           const Problem& p, int64_t m0, bool feature_major_out, int tid) {
   constexpr int BCH = BN / 8;
-  const int tid = threadIdx.x;
   const int64_t M = p.M, ldx = p.sxk;
   const T* x = static_cast<const T*>(p.x);
   T* y = static_cast<T*>(p.y);
@@ -150,6 +152,8 @@ const char* launch_tiles(const PackedTile& w, const Problem& p, int splits) {
 bool wgmma_available();
 // Launches the wgmma kernel chosen by `plan` (G 64 or 128); returns an error message or nullptr.
 const char* launch_wgmma(const PackedTile& w, const Problem& p, const Plan& plan);
+// Implemented in tw_gemm_sm90_ws.cu: the warp-specialized, persistent wgmma kernel (same contract).
+const char* launch_wgmma_ws(const PackedTile& w, const Problem& p, const Plan& plan);
 
 }  // namespace tw
 }  // namespace sparseprune

@@ -1,5 +1,6 @@
 // Tile-wise (TW/TEW) sparse GEMM: host planning, the mma.sync path (m16n8k16, sm_80+), the small-M GEMV and
-// the finalize pass. The wgmma path for Hopper lives in tw_gemm_sm90.cu.
+// the finalize pass. The Hopper wgmma paths live in tw_gemm_sm90.cu (every thread loads and multiplies) and
+// tw_gemm_sm90_ws.cu (warp-specialized and persistent, the default on Hopper).
 //
 // Every tile is a dense GEMM over its own kept K rows, so one launch covers all tiles: a CTA takes (tile, M block,
 // K split), gathers the tile's kept rows of the feature-major activations xT (K x M) with 16-byte cp.async (each
@@ -208,7 +209,7 @@ __global__ void __launch_bounds__(Cfg::kThreads)
   for (int n = tid; n < BN; n += kThreads) s_cols[n] = w.cols[tile * BN + n];
   __syncthreads();
 
-  store_tile<T, BM, BN, kThreads>(s_c, Cfg::kLdc, s_cols, w, p, m0, feature_major_out);
+  store_tile<T, BM, BN, kThreads>(s_c, Cfg::kLdc, s_cols, w, p, m0, feature_major_out, tid);
 }
 
 // Small M: CTA = (tile, K chunk); each thread streams value vectors of kept rows (Cols columns: 16 bytes, or
@@ -417,6 +418,9 @@ const char* run(const PackedTile& w, const Problem& p) {
     case Path::kWgmma:
       e = launch_wgmma(w, p, plan);
       break;
+    case Path::kWgmmaWs:
+      e = launch_wgmma_ws(w, p, plan);
+      break;
     case Path::kMmaSync:
       e = dispatch_mma<T>(w, p, plan.splits);
       break;
@@ -436,13 +440,14 @@ Plan make_plan(const PackedTile& w, const Problem& p) {
     return plan;
   }
   const bool hopper_ok = (w.granularity == 64 || w.granularity == 128) && wgmma_available();
-  const Path wanted = p.path == Path::kAuto ? (hopper_ok ? Path::kWgmma : Path::kMmaSync) : p.path;
-  if (wanted == Path::kWgmma && !hopper_ok) {
+  const Path wanted = p.path == Path::kAuto ? (hopper_ok ? Path::kWgmmaWs : Path::kMmaSync) : p.path;
+  const bool wants_wgmma = wanted == Path::kWgmma || wanted == Path::kWgmmaWs;
+  if (wants_wgmma && !hopper_ok) {
     plan.path = Path::kUnavailable;
     return plan;
   }
-  plan.path = wanted == Path::kWgmma ? Path::kWgmma : Path::kMmaSync;
-  if (plan.path == Path::kWgmma) {
+  plan.path = wants_wgmma ? wanted : Path::kMmaSync;
+  if (wants_wgmma) {
     const int64_t ctas256 = static_cast<int64_t>(w.num_tiles) * cdiv(p.M, 256);
     plan.block_m = ctas256 >= 2LL * p.num_sms ? 256 : 128;
   } else {

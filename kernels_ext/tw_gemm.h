@@ -11,8 +11,9 @@ namespace tw {
 
 enum class DType : int { kHalf = 0, kBFloat16 = 1 };
 enum class Activation : int { kNone = 0, kRelu = 1, kGelu = 2 };
-// Kernel family: auto picks the GEMV for small M, else wgmma on Hopper builds, else mma.sync.
-enum class Path : int { kAuto = 0, kMmaSync = 1, kWgmma = 2, kGemv = 3, kUnavailable = 4 };
+// Kernel family: auto picks the GEMV for small M, else the warp-specialized wgmma kernel on Hopper builds, else
+// mma.sync. kWgmma is the earlier wgmma kernel (every thread loads and multiplies), kept for A/B comparison.
+enum class Path : int { kAuto = 0, kMmaSync = 1, kWgmma = 2, kWgmmaWs = 3, kGemv = 4, kUnavailable = 5 };
 
 // Packed TW weight (see sparseprune/export/formats/tw.py). Tile t owns columns cols[t*G .. t*G+G) (-1 pads) and
 // kept K rows rows[tile_ptr[t] .. tile_ptr[t+1]) (-1 pads, a multiple of kKStep); its values are a dense
@@ -48,7 +49,7 @@ struct Problem {
   bool y_vec16;     // y base is 16-byte aligned and the contiguous stride is a multiple of 8 elements
   float* workspace; // zeroed fp32, M * num_tiles * G entries, when needs_workspace() says so, else unused
   int num_sms;
-  Path path;  // kAuto, or kMmaSync / kWgmma to force a tensor-core kernel (tests and benchmarks)
+  Path path;  // kAuto, or kMmaSync / kWgmma / kWgmmaWs to force a tensor-core kernel (tests and benchmarks)
   cudaStream_t stream;
 };
 

@@ -26,27 +26,6 @@ struct WgmmaConfig {
   static_assert(BN % 64 == 0, "wgmma path covers G = 64 and 128");
 };
 
-// Byte offset of 16-byte chunk `chunk` (8 elements along M/N) of K row `k` in a stage of 64-wide slabs.
-__device__ __forceinline__ int slab_offset(int k, int chunk, int slab_bytes) {
-  return (chunk >> 3) * slab_bytes + (k >> 3) * 1024 + (k & 7) * 128 + (((chunk & 7) ^ (k & 7)) << 4);
-}
-
-#ifdef SPARSEPRUNE_WGMMA
-template <typename T, typename Cfg, int K16Steps>
-__device__ __forceinline__ void issue_wgmma_step(float (&acc)[Cfg::kMIWG][Cfg::kBN / 2], uint32_t sa, uint32_t sb,
-                                                 int wg) {
-#pragma unroll
-  for (int kk = 0; kk < K16Steps; ++kk) {
-    const uint64_t desc_b = wgmma_desc(sb + kk * 2048, Cfg::kSlabBytes, 1024);
-#pragma unroll
-    for (int i = 0; i < Cfg::kMIWG; ++i) {
-      const uint32_t a_addr = sa + (wg * Cfg::kMIWG + i) * Cfg::kSlabBytes + kk * 2048;
-      wgmma_mn_major<Cfg::kBN, T>(acc[i], wgmma_desc(a_addr, Cfg::kSlabBytes, 1024), desc_b);
-    }
-  }
-}
-#endif
-
 template <typename T, typename Cfg>
 __global__ void __launch_bounds__(256, 1)
     tw_wgmma_kernel(PackedTile w, Problem p, int m_blocks, int splits, bool feature_major_out) {
@@ -131,9 +110,9 @@ __global__ void __launch_bounds__(256, 1)
     // Straight-line MMA sequences (a full step, or the half step a 32-padded tile can end with) let the
     // compiler chain the wgmmas without extra register fences.
     if (k16_steps == BK / 16) {
-      issue_wgmma_step<T, Cfg, BK / 16>(acc, sa, sb, wg);
+      wgmma_k_step<T, BN, MIWG, BK / 16>(acc, sa, sb, wg * MIWG, Cfg::kSlabBytes);
     } else {
-      issue_wgmma_step<T, Cfg, BK / 32>(acc, sa, sb, wg);
+      wgmma_k_step<T, BN, MIWG, BK / 32>(acc, sa, sb, wg * MIWG, Cfg::kSlabBytes);
     }
     wgmma_commit();
 #pragma unroll
@@ -179,7 +158,7 @@ __global__ void __launch_bounds__(256, 1)
     }
   for (int n = tid; n < BN; n += kThreads) s_cols[n] = w.cols[tile * BN + n];
   __syncthreads();
-  store_tile<T, BM, BN, kThreads>(s_c, Cfg::kLdc, s_cols, w, p, m0, feature_major_out);
+  store_tile<T, BM, BN, kThreads>(s_c, Cfg::kLdc, s_cols, w, p, m0, feature_major_out, tid);
 #else
   __trap();  // built without sm_90a: the host never selects this kernel (see wgmma_available)
 #endif

@@ -45,10 +45,23 @@ def _case(m: int, k: int, n: int, g: int, dtype: torch.dtype, seed: int, residua
     return packed, x, bias, ref
 
 
-@pytest.mark.parametrize("kernel", ["auto", "mma.sync"])
+HOPPER_KERNELS = ("wgmma", "wgmma.ws")
+
+
+def _is_hopper() -> bool:
+    return torch.cuda.get_device_capability() == (9, 0)
+
+
+def _skip_unavailable(kernel: str, granularity: int) -> None:
+    if kernel in HOPPER_KERNELS and (not _is_hopper() or granularity == 32):
+        pytest.skip("the wgmma kernels need a Hopper GPU and G 64 or 128")
+
+
+@pytest.mark.parametrize("kernel", ["auto", "mma.sync", *HOPPER_KERNELS])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("granularity", [32, 64, 128])
 def test_sweep_matches_fp32_reference(kernel: str, dtype: torch.dtype, granularity: int) -> None:
+    _skip_unavailable(kernel, granularity)
     activations = itertools.cycle([None, "relu", "gelu"])
     for i, (m, k, n) in enumerate(SHAPES):
         act = next(activations)
@@ -80,18 +93,56 @@ def test_every_output_written() -> None:
         assert rel_err(packed.matmul(x, bias), ref) <= KERNEL_TOLERANCE[torch.float16]
 
 
-def test_wgmma_path_on_hopper_matches_mma_sync() -> None:
-    if torch.cuda.get_device_capability() != (9, 0):
+# Hopper cases (M, K, N): split-K (few items), one or several rounds of the persistent schedule (each CTA walking
+# many items, so the stage ring wraps across items), 256-row CTA tiles (many items), ragged M (row-major x only).
+HOPPER_SHAPES = [
+    (24, 520, 264),
+    (136, 1032, 776),
+    (200, 2056, 392),
+    (1000, 776, 1032),
+    (2056, 1544, 2056),
+    (4096, 1032, 3080),
+    (8192, 264, 8192),
+]
+
+
+@pytest.mark.parametrize("kernel", HOPPER_KERNELS)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("granularity", [64, 128])
+def test_hopper_kernels_match_fp32_reference(kernel: str, dtype: torch.dtype, granularity: int) -> None:
+    """Both wgmma kernels, forced, on fresh inputs: tiles of different kept K (some empty), TEW residual, every
+    activation, row-major and feature-major x and y."""
+    _skip_unavailable(kernel, granularity)
+    activations = itertools.cycle([None, "relu", "gelu"])
+    for i, (m, k, n) in enumerate(HOPPER_SHAPES):
+        act = next(activations)
+        packed, x, bias, ref = _case(m, k, n, granularity, dtype, seed=100 + i, residual=i % 2 == 0, activation=act)
+        err = rel_err(tw_matmul(x, packed, bias, act, kernel=kernel), ref)
+        assert err <= KERNEL_TOLERANCE[dtype], f"M={m} K={k} N={n} G={granularity} act={act}: rel err {err:.2e}"
+        if m % 8 == 0:
+            yt = packed.matmul_feature_major(x.t().contiguous(), bias, act, kernel=kernel)
+            err_fm = rel_err(yt.t(), ref)
+            assert err_fm <= KERNEL_TOLERANCE[dtype], f"feature-major M={m} K={k} N={n}: rel err {err_fm:.2e}"
+
+
+def test_hopper_kernels_agree_and_repeat() -> None:
+    """The warp-specialized kernel matches the earlier wgmma one and mma.sync, and gives bit-identical results on
+    repeated calls (no split-K here, so no atomics)."""
+    if not _is_hopper():
         pytest.skip("wgmma needs a Hopper GPU")
     for g, m in [(128, 4096), (128, 200), (64, 3000), (64, 136)]:
         packed, x, bias, ref = _case(m, 1032, 776, g, torch.float16, seed=g + m, residual=True, activation="relu")
-        y_wg = tw_matmul(x, packed, bias, "relu", kernel="wgmma")
-        y_mma = tw_matmul(x, packed, bias, "relu", kernel="mma.sync")
-        assert rel_err(y_wg, ref) <= KERNEL_TOLERANCE[torch.float16]
-        assert rel_err(y_mma, ref) <= KERNEL_TOLERANCE[torch.float16]
+        for kernel in ("mma.sync", *HOPPER_KERNELS):
+            y = tw_matmul(x, packed, bias, "relu", kernel=kernel)
+            assert rel_err(y, ref) <= KERNEL_TOLERANCE[torch.float16], f"{kernel} G={g} M={m}"
+    packed, x, bias, _ = _case(4096, 1032, 2056, 128, torch.float16, seed=5, residual=True, activation="gelu")
+    first = tw_matmul(x, packed, bias, "gelu", kernel="wgmma.ws")
+    for _ in range(3):
+        torch.testing.assert_close(tw_matmul(x, packed, bias, "gelu", kernel="wgmma.ws"), first, rtol=0, atol=0)
     packed32, x32, _, _ = _case(64, 128, 128, 32, torch.float16, seed=2, residual=False, activation=None)
-    with pytest.raises(RuntimeError, match="unavailable"):
-        tw_matmul(x32, packed32, kernel="wgmma")
+    for kernel in HOPPER_KERNELS:
+        with pytest.raises(RuntimeError, match="unavailable"):
+            tw_matmul(x32, packed32, kernel=kernel)
 
 
 def test_binding_rejects_bad_input() -> None:

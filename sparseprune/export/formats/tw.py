@@ -27,7 +27,9 @@ log = logging.getLogger(__name__)
 K_STEP = 32  # kernel K step; must match kKStep in kernels_ext/tw_gemm.h
 GRANULARITIES = (32, 64, 128)
 ACTIVATIONS = {None: 0, "relu": 1, "gelu": 2}
-KERNELS = {"auto": 0, "mma.sync": 1, "wgmma": 2}  # tensor-core family for M > 16; "auto" picks wgmma on Hopper
+# Tensor-core family for M > 16: "auto" picks the warp-specialized "wgmma.ws" on Hopper (G 64/128), else mma.sync;
+# "wgmma" is the earlier Hopper kernel, kept for comparison.
+KERNELS = {"auto": 0, "mma.sync": 1, "wgmma": 2, "wgmma.ws": 3}
 KERNEL_DTYPES = (torch.float16, torch.bfloat16)
 
 
@@ -169,7 +171,7 @@ def tw_matmul(
     kernel: str = "auto",
 ) -> torch.Tensor:
     """y = act(x @ B + bias) for the packed TW weight B; x is (..., K) row-major. `kernel` forces the
-    tensor-core family on CUDA ("mma.sync" or "wgmma"; the reference ignores it)."""
+    tensor-core family on CUDA (see KERNELS; the reference ignores it)."""
     k, n = packed.shape
     if x.shape[-1] != k:
         raise UserError(f"x has {x.shape[-1]} features but the packed TW weight expects K = {k}")

@@ -1,0 +1,336 @@
+// Tile-wise sparse GEMM, Hopper warp-specialized persistent path (sm_90a wgmma). Same (tile, M block, K split)
+// work items and operand layout as tw_gemm_sm90.cu, but the roles are split so the gather never stalls the MMAs:
+//  - one producer warpgroup (few registers) gathers the kept rows of xT and streams the packed values into a ring
+//    of 128-byte-swizzled stages with 16-byte cp.async; each thread's copies arrive on the stage's "full" mbarrier
+//    by themselves (cp.async.mbarrier.arrive.noinc), so the producer runs ahead without waiting on its own loads;
+//  - two consumer warpgroups (many registers) wait on "full", issue wgmma, keep one K step in flight and hand the
+//    stage before it back through its "empty" mbarrier; no CTA-wide barrier after the setup;
+//  - one CTA per SM walks a static list of work items, so the producer already fills the next item's stages while
+//    the consumers run the epilogue of the current one.
+#include <algorithm>
+
+#include "sm90_wgmma.cuh"
+#include "tw_device.cuh"
+
+namespace sparseprune {
+namespace tw {
+namespace {
+
+// Registers per thread after the split: the gather needs few, the accumulators many; 128 * 56 + 256 * 224 is the
+// 384 * 168 the CTA launches with.
+constexpr int kProducerRegs = 56;
+constexpr int kConsumerRegs = 224;
+
+// BN = G output columns, BM = 128 * MIWG rows (each consumer warpgroup owns MIWG blocks of 64 rows).
+template <int BN, int MIWG, int Stages>
+struct WsConfig {
+  static constexpr int kBM = 128 * MIWG, kBN = BN, kBK = 64, kStages = Stages, kMIWG = MIWG;
+  static constexpr int kWarpgroup = 128, kThreads = 3 * kWarpgroup;
+  static constexpr int kSlabBytes = kBK * 128;  // 64 M (or N) elements x 64 K rows
+  static constexpr int kAStageBytes = kBM / 64 * kSlabBytes, kBStageBytes = BN / 64 * kSlabBytes;
+  static constexpr int kStageBytes = kAStageBytes + kBStageBytes;
+  static constexpr int kAChunks = kBM / 8, kBChunks = BN / 8;  // 16-byte chunks per K row
+  static constexpr int kLdc = BN + 8;  // fp32 staging stride: conflict-free float2 stores
+  // Each consumer warpgroup stages its results 64 rows at a time in its own buffer, apart from the ring, so the
+  // producer keeps filling stages during the epilogue.
+  static constexpr int kEpiBytes = 64 * kLdc * 4 + BN * 4;
+  static constexpr int kPipeBytes = Stages * kStageBytes;
+  static constexpr int kBarOffset = kPipeBytes + 2 * kEpiBytes;
+  static constexpr int kSmemBytes = kBarOffset + 2 * Stages * 8 + 1024;  // + 1024-byte alignment of the ring
+  static_assert(BN % 64 == 0, "wgmma covers G = 64 and 128");
+  static_assert(kEpiBytes % 8 == 0, "mbarriers need 8-byte alignment");
+};
+
+// One (tile, M block, K split) item; empty when a K split got no steps (the workspace already holds its zeros).
+struct WorkItem {
+  int tile, p0, p_end;  // the tile's kept rows are rows[p0 .. p_end)
+  int s0, s1;           // its K steps of 64 rows
+  int64_t m0;
+  bool empty;
+};
+
+template <typename Cfg>
+__device__ __forceinline__ WorkItem work_item(const PackedTile& w, int item, int m_blocks, int splits) {
+  WorkItem it;
+  const int mb = item % m_blocks, rest = item / m_blocks;
+  const int split = rest % splits;
+  it.tile = rest / splits;
+  it.m0 = static_cast<int64_t>(mb) * Cfg::kBM;
+  it.p0 = w.tile_ptr[it.tile];
+  it.p_end = w.tile_ptr[it.tile + 1];
+  const int ksteps = (it.p_end - it.p0 + Cfg::kBK - 1) / Cfg::kBK;
+  const int per_split = (ksteps + splits - 1) / splits;
+  it.s0 = split * per_split;
+  it.s1 = min(ksteps, it.s0 + per_split);
+  it.empty = splits > 1 && it.s0 >= it.s1;
+  return it;
+}
+
+// Item of this CTA in round r of the static schedule: items are numbered tile-major and tiles come heaviest first,
+// so each round hands out the heaviest remaining items; the direction alternates per round (CTA b takes b, then
+// 2*grid-1-b, ...) so that no CTA collects the heaviest item of every round.
+__device__ __forceinline__ int scheduled_item(int round) {
+  const int grid = static_cast<int>(gridDim.x), b = static_cast<int>(blockIdx.x);
+  return round * grid + ((round & 1) ? grid - 1 - b : b);
+}
+
+// How a producer thread covers one operand of a stage (64 K rows x Chunks 16-byte chunks): chunks c0 + 16 h of rows
+// r0 + j * kRowStep. The row step is a multiple of 8, so each copy's swizzled address is the first one's plus a
+// compile-time offset, and rows r0 + j * kRowStep < 32 exactly for the first 32 / kRowStep values of j.
+template <int Chunks>
+struct StageCover {
+  static constexpr int kLanesPerRow = Chunks < 16 ? Chunks : 16;
+  static constexpr int kRowStep = 128 / kLanesPerRow;
+  static constexpr int kRowPasses = 64 / kRowStep, kHalves = Chunks / kLanesPerRow;
+  static_assert(kRowStep % 8 == 0 && 32 % kRowStep == 0, "a 128-thread warpgroup covers whole 8-row groups");
+  static constexpr int dst_step(int j, int h, int slab_bytes) { return j * (kRowStep / 8) * 1024 + h * 2 * slab_bytes; }
+};
+
+#ifdef SPARSEPRUNE_WGMMA
+// Producer warpgroup: fills stage after stage, each one K step (64 kept rows) of one item.
+template <typename T, typename Cfg>
+__device__ __forceinline__ void produce(const PackedTile& w, const Problem& p, int m_blocks, int splits,
+                                        uint32_t ring, uint32_t full, uint32_t empty) {
+  using A = StageCover<Cfg::kAChunks>;
+  using B = StageCover<Cfg::kBChunks>;
+  constexpr int BK = Cfg::kBK, BN = Cfg::kBN, kSlab = Cfg::kSlabBytes;
+  const int tid = threadIdx.x, lane = tid & 31;
+  const int a_r0 = tid / A::kLanesPerRow, a_c0 = tid % A::kLanesPerRow;
+  const int b_r0 = tid / B::kLanesPerRow, b_c0 = tid % B::kLanesPerRow;
+  const uint32_t a_dst = slab_offset(a_r0, a_c0, kSlab), b_dst = Cfg::kAStageBytes + slab_offset(b_r0, b_c0, kSlab);
+  const T* x = static_cast<const T*>(p.x);
+  const T* vals = static_cast<const T*>(w.values);
+  const int64_t ldx = p.sxk;
+  const int num_items = w.num_tiles * m_blocks * splits;
+  int stage = 0;
+  uint32_t phase = 0;
+  for (int round = 0; round * static_cast<int>(gridDim.x) < num_items; ++round) {
+    const int item = scheduled_item(round);
+    if (item >= num_items) continue;
+    const WorkItem it = work_item<Cfg>(w, item, m_blocks, splits);
+    if (it.empty) continue;
+    const T* a_src = x + it.m0 + a_c0 * 8;  // this thread's M columns of any kept row
+    bool a_in_m[A::kHalves];
+#pragma unroll
+    for (int h = 0; h < A::kHalves; ++h) a_in_m[h] = it.m0 + (a_c0 + 16 * h) * 8 < p.M;
+    // Lane l holds kept-row indices l and l + 32 of a step, loaded one step ahead; the gather reads them by shuffle.
+    auto fetch_rows = [&](int ks, int& lo, int& hi) {
+      const int kg = it.p0 + ks * BK + lane;
+      lo = ks < it.s1 && kg < it.p_end ? __ldg(w.rows + kg) : -1;
+      hi = ks < it.s1 && kg + 32 < it.p_end ? __ldg(w.rows + kg + 32) : -1;
+    };
+    int rows_lo, rows_hi;
+    fetch_rows(it.s0, rows_lo, rows_hi);
+    for (int ks = it.s0; ks < it.s1; ++ks) {
+      int next_lo, next_hi;
+      fetch_rows(ks + 1, next_lo, next_hi);
+      mbarrier_wait(empty + stage * 8, phase ^ 1);  // the consumers are done with this stage's previous use
+      const uint32_t sa = ring + stage * Cfg::kStageBytes;
+#pragma unroll
+      for (int j = 0; j < A::kRowPasses; ++j) {
+        const int r = a_r0 + j * A::kRowStep;
+        const int row = __shfl_sync(0xffffffffu, j * A::kRowStep < 32 ? rows_lo : rows_hi, r & 31);
+        const T* src = a_src + static_cast<int64_t>(row) * ldx;
+#pragma unroll
+        for (int h = 0; h < A::kHalves; ++h) {
+          const bool ok = row >= 0 && a_in_m[h];
+          cp_async16_to(sa + a_dst + A::dst_step(j, h, kSlab), ok ? src + 128 * h : x, ok ? 16 : 0);
+        }
+      }
+      const int b_row = it.p0 + ks * BK + b_r0;  // this thread's first K row of the values block
+      const T* b_src = vals + static_cast<int64_t>(b_row) * BN + b_c0 * 8;
+#pragma unroll
+      for (int j = 0; j < B::kRowPasses; ++j) {
+        const bool ok = b_row + j * B::kRowStep < it.p_end;
+#pragma unroll
+        for (int h = 0; h < B::kHalves; ++h) {
+          cp_async16_to(sa + b_dst + B::dst_step(j, h, kSlab), ok ? b_src + j * B::kRowStep * BN + 128 * h : vals,
+                        ok ? 16 : 0);
+        }
+      }
+      cp_async_mbarrier_arrive(full + stage * 8);
+      if (++stage == Cfg::kStages) {
+        stage = 0;
+        phase ^= 1;
+      }
+      rows_lo = next_lo;
+      rows_hi = next_hi;
+    }
+  }
+  cp_async_wait<0>();  // nothing in flight when the warpgroup exits
+}
+
+template <int MIWG, int NACC>
+__device__ __forceinline__ void fence_accumulators(float (&acc)[MIWG][NACC]) {
+#pragma unroll
+  for (int i = 0; i < MIWG; ++i)
+#pragma unroll
+    for (int e = 0; e < NACC; ++e) wgmma_fence_operand(acc[i][e]);
+}
+
+// Epilogue of one consumer warpgroup (cwg) for one item: split-K partial sums straight into the workspace, else
+// 64 rows at a time through the warpgroup's staging buffer and store_tile (bias, residual, activation, cols).
+template <typename T, typename Cfg>
+__device__ __forceinline__ void consumer_epilogue(const PackedTile& w, const Problem& p, const WorkItem& it,
+                                                  int splits, bool feature_major_out, int cwg,
+                                                  float (&acc)[Cfg::kMIWG][Cfg::kBN / 2], unsigned char* stage_c) {
+  constexpr int BN = Cfg::kBN, MIWG = Cfg::kMIWG, NACC = BN / 2;
+  const int wtid = threadIdx.x % Cfg::kWarpgroup, lane = wtid & 31, wq = wtid >> 5, g = lane >> 2, t4 = lane & 3;
+  if (splits > 1) {
+#pragma unroll
+    for (int i = 0; i < MIWG; ++i)
+#pragma unroll
+      for (int e = 0; e < NACC; ++e) {
+        const int64_t m = it.m0 + (cwg * MIWG + i) * 64 + wq * 16 + g + ((e >> 1) & 1) * 8;
+        const int n = (e >> 2) * 8 + 2 * t4 + (e & 1);
+        if (m < p.M) atomicAdd(p.workspace + ws_index(w, p, m, static_cast<int64_t>(it.tile) * BN + n), acc[i][e]);
+      }
+    return;
+  }
+  float* s_c = reinterpret_cast<float*>(stage_c);
+  int* s_cols = reinterpret_cast<int*>(s_c + 64 * Cfg::kLdc);
+  const int bar_id = 1 + cwg;
+  // A rolled loop keeps one copy of store_tile; the accumulators are still indexed by compile-time b only.
+#pragma unroll 1
+  for (int i = 0; i < MIWG; ++i) {
+    named_barrier_sync<Cfg::kWarpgroup>(bar_id);  // the previous rows' stores are done reading the buffer
+#pragma unroll
+    for (int b = 0; b < MIWG; ++b) {
+      if (b != i) continue;
+#pragma unroll
+      for (int j = 0; j < BN / 8; ++j) {
+        const int r = wq * 16 + g, n = j * 8 + 2 * t4;
+        *reinterpret_cast<float2*>(s_c + r * Cfg::kLdc + n) = make_float2(acc[b][4 * j], acc[b][4 * j + 1]);
+        *reinterpret_cast<float2*>(s_c + (r + 8) * Cfg::kLdc + n) =
+            make_float2(acc[b][4 * j + 2], acc[b][4 * j + 3]);
+      }
+    }
+    if (i == 0) {
+      for (int n = wtid; n < BN; n += Cfg::kWarpgroup) s_cols[n] = w.cols[it.tile * BN + n];
+    }
+    named_barrier_sync<Cfg::kWarpgroup>(bar_id);
+    store_tile<T, 64, BN, Cfg::kWarpgroup>(s_c, Cfg::kLdc, s_cols, w, p, it.m0 + (cwg * MIWG + i) * 64,
+                                           feature_major_out, wtid);
+  }
+}
+
+// Consumer warpgroup cwg (0 or 1): MMAs on its 64 * MIWG rows of every item, then its share of the epilogue.
+template <typename T, typename Cfg>
+__device__ __forceinline__ void consume(const PackedTile& w, const Problem& p, int m_blocks, int splits,
+                                        bool feature_major_out, int cwg, uint32_t ring, uint32_t full,
+                                        uint32_t empty, unsigned char* stage_c) {
+  constexpr int BK = Cfg::kBK, MIWG = Cfg::kMIWG, NACC = Cfg::kBN / 2;
+  const bool release_lane = (threadIdx.x & 31) == 0;
+  const int num_items = w.num_tiles * m_blocks * splits;
+  int stage = 0;
+  uint32_t phase = 0;
+  float acc[MIWG][NACC];
+  for (int round = 0; round * static_cast<int>(gridDim.x) < num_items; ++round) {
+    const int item = scheduled_item(round);
+    if (item >= num_items) continue;
+    const WorkItem it = work_item<Cfg>(w, item, m_blocks, splits);
+    if (it.empty) continue;
+#pragma unroll
+    for (int i = 0; i < MIWG; ++i)
+#pragma unroll
+      for (int e = 0; e < NACC; ++e) acc[i][e] = 0.0f;
+    int held = -1;  // stage whose MMAs may still be running
+    for (int ks = it.s0; ks < it.s1; ++ks) {
+      mbarrier_wait(full + stage * 8, phase);
+      fence_proxy_async();  // cp.async wrote through the generic proxy; wgmma reads through the async proxy
+      const uint32_t sa = ring + stage * Cfg::kStageBytes, sb = sa + Cfg::kAStageBytes;
+      const int k16_steps = min(BK, it.p_end - (it.p0 + ks * BK)) / 16;
+      fence_accumulators(acc);
+      wgmma_fence();
+      // Straight-line MMA sequences: a full step, or the half step a 32-padded tile can end with.
+      if (k16_steps == BK / 16) {
+        wgmma_k_step<T, Cfg::kBN, MIWG, BK / 16>(acc, sa, sb, cwg * MIWG, Cfg::kSlabBytes);
+      } else {
+        wgmma_k_step<T, Cfg::kBN, MIWG, BK / 32>(acc, sa, sb, cwg * MIWG, Cfg::kSlabBytes);
+      }
+      wgmma_commit();
+      wgmma_wait<1>();  // the previous step's MMAs are done: its stage goes back to the producer
+      fence_accumulators(acc);
+      if (held >= 0 && release_lane) mbarrier_arrive(empty + held * 8);
+      held = stage;
+      if (++stage == Cfg::kStages) {
+        stage = 0;
+        phase ^= 1;
+      }
+    }
+    wgmma_wait<0>();
+    fence_accumulators(acc);
+    if (held >= 0 && release_lane) mbarrier_arrive(empty + held * 8);
+    consumer_epilogue<T, Cfg>(w, p, it, splits, feature_major_out, cwg, acc, stage_c);
+  }
+}
+#endif
+
+template <typename T, typename Cfg>
+__global__ void __launch_bounds__(Cfg::kThreads, 1)
+    tw_wgmma_ws_kernel(PackedTile w, Problem p, int m_blocks, int splits, bool feature_major_out) {
+#ifdef SPARSEPRUNE_WGMMA
+  extern __shared__ unsigned char smem_raw[];
+  // 128-byte swizzle atoms must sit on 1024-byte boundaries.
+  unsigned char* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+  const uint32_t ring = smem_addr(smem);
+  const uint32_t full = ring + Cfg::kBarOffset, empty = full + Cfg::kStages * 8;
+  const int wg = threadIdx.x / Cfg::kWarpgroup;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < Cfg::kStages; ++s) {
+      mbarrier_init(full + s * 8, Cfg::kWarpgroup);  // one cp.async arrival per producer thread
+      mbarrier_init(empty + s * 8, 8);                // one arrival per consumer warp
+    }
+    fence_mbarrier_init();
+  }
+  __syncthreads();
+  if (wg == 0) {
+    setmaxnreg_dec<kProducerRegs>();
+    produce<T, Cfg>(w, p, m_blocks, splits, ring, full, empty);
+  } else {
+    setmaxnreg_inc<kConsumerRegs>();
+    unsigned char* stage_c = smem + Cfg::kPipeBytes + (wg - 1) * Cfg::kEpiBytes;
+    consume<T, Cfg>(w, p, m_blocks, splits, feature_major_out, wg - 1, ring, full, empty, stage_c);
+  }
+#else
+  __trap();  // built without sm_90a: the host never selects this kernel (see wgmma_available)
+#endif
+}
+
+// G = 128: 256 x 128 CTA tiles (3 stages of 48 KB) when every SM gets two items, else 128 x 128 (4 of 32 KB).
+// G = 64: 256 x 64 (4 of 40 KB) or 128 x 64 (6 of 24 KB).
+using Ws128x256 = WsConfig<128, 2, 3>;
+using Ws128x128 = WsConfig<128, 1, 4>;
+using Ws64x256 = WsConfig<64, 2, 4>;
+using Ws64x128 = WsConfig<64, 1, 6>;
+
+// One persistent CTA per SM (at most one per item); the shared-memory limit is raised once per kernel.
+template <typename T, typename Cfg>
+const char* run_ws(const PackedTile& w, const Problem& p, int splits) {
+  constexpr auto kKernel = tw_wgmma_ws_kernel<T, Cfg>;
+  static const cudaError_t attr_err =
+      cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
+  if (attr_err != cudaSuccess) return cudaGetErrorString(attr_err);
+  const int m_blocks = cdiv(p.M, Cfg::kBM);
+  const int64_t items = static_cast<int64_t>(w.num_tiles) * m_blocks * splits;
+  if (items > INT32_MAX) return "too many TW work items for one launch";
+  const int grid = static_cast<int>(std::min<int64_t>(items, std::max(1, p.num_sms)));
+  kKernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, p.stream>>>(w, p, m_blocks, splits, p.sym == 1);
+  return check_launch();
+}
+
+template <typename T>
+const char* dispatch_ws(const PackedTile& w, const Problem& p, const Plan& plan) {
+  if (w.granularity == 128) {
+    return plan.block_m == 256 ? run_ws<T, Ws128x256>(w, p, plan.splits) : run_ws<T, Ws128x128>(w, p, plan.splits);
+  }
+  return plan.block_m == 256 ? run_ws<T, Ws64x256>(w, p, plan.splits) : run_ws<T, Ws64x128>(w, p, plan.splits);
+}
+}  // namespace
+
+const char* launch_wgmma_ws(const PackedTile& w, const Problem& p, const Plan& plan) {
+  return p.dtype == DType::kHalf ? dispatch_ws<__half>(w, p, plan) : dispatch_ws<__nv_bfloat16>(w, p, plan);
+}
+
+}  // namespace tw
+}  // namespace sparseprune
