@@ -279,7 +279,7 @@ std::tuple<at::Tensor, at::Tensor> sp24_compress(const at::Tensor& w) {
 
   const c10::cuda::CUDAGuard guard(w.device());
   const sp24::CompressedSizes sizes = sp24::compressed_sizes(N, K);
-  // Zeroed: the compressor leaves the padding of the metadata atoms unwritten.
+  // Zeroed once per weight: the metadata is padded to 64 x 128 atoms, and no padding byte should ever be stale.
   at::Tensor values = at::zeros({N, sizes.values_cols}, w.options());
   at::Tensor meta = at::zeros({sizes.meta_bytes}, w.options().dtype(at::kByte));
   const auto kernel_dtype = dtype == at::kHalf ? sp24::DType::kHalf : sp24::DType::kBFloat16;

@@ -97,8 +97,10 @@ typename Sp24Kernel<Element>::Gemm::Arguments gemm_arguments(const Problem& p) {
   const int n = static_cast<int>(p.N), m = static_cast<int>(p.M), k = static_cast<int>(p.K);
   const ProblemShape shape{n, m, k, 1};
   // x is the K-major operand B (GEMM N = rows of x); y is the column-major D, so its columns are rows of y.
-  const auto stride_x = cutlass::make_cute_packed_stride(typename Gemm::GemmKernel::StrideB{}, cute::make_shape(m, k, 1));
-  const auto stride_y = cutlass::make_cute_packed_stride(typename Gemm::GemmKernel::StrideD{}, cute::make_shape(n, m, 1));
+  using StrideX = typename Gemm::GemmKernel::StrideB;
+  using StrideY = typename Gemm::GemmKernel::StrideD;
+  const auto stride_x = cutlass::make_cute_packed_stride(StrideX{}, cute::make_shape(m, k, 1));
+  const auto stride_y = cutlass::make_cute_packed_stride(StrideY{}, cute::make_shape(n, m, 1));
   typename Gemm::Arguments args{
       cutlass::gemm::GemmUniversalMode::kGemm,
       shape,
