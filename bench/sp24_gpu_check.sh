@@ -5,8 +5,8 @@
 # (BERT shapes, 8192^3, M = 1 and 16 decode rows). Every step runs under a timeout (11 min in all at worst; about
 # 4-5 min expected, most of it the one-file CUTLASS compile).
 # Usage: bash bench/sp24_gpu_check.sh OUT_DIR [nm_bench args...]
-# Writes OUT_DIR/device.txt, OUT_DIR/{build,ready,pytest,memcheck,bench}.log and OUT_DIR/sp24_<device>.{json,md}; exits non-zero
-# if any step failed.
+# Writes OUT_DIR/device.txt, OUT_DIR/{build,ready,pytest,memcheck,bench}.log and OUT_DIR/sp24_<device>.{json,md};
+# exits non-zero if any step failed.
 set -uo pipefail
 
 out=${1:?usage: bench/sp24_gpu_check.sh OUT_DIR [nm_bench args...]}
