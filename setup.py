@@ -7,6 +7,10 @@ Environment: CUDA_HOME selects the toolkit (default /usr/local/cuda-13.0 when it
 TORCH_CUDA_ARCH_LIST overrides the targets (default "9.0a", the Hopper build with wgmma; add "8.0" for the
 mma.sync kernels on Ampere, at about 40% more compile time);
 SPARSEPRUNE_NO_CUDA=1 skips the extension.
+
+The 2:4 Hopper sparse GEMM (kernels_ext/sp24_gemm.cu) is built from CUTLASS headers, found through the
+`nvidia-cutlass` wheel (`import cutlass_library`); without them the rest of the extension still builds and 2:4
+weights run on the CUDA-core N:M kernels.
 """
 
 from __future__ import annotations
@@ -28,6 +32,17 @@ def _find_cuda_home() -> Path | None:
     if env:
         return Path(env) if (Path(env) / "bin" / "nvcc").exists() else None
     return DEFAULT_CUDA_HOME if (DEFAULT_CUDA_HOME / "bin" / "nvcc").exists() else None
+
+
+def _cutlass_includes() -> list[str]:
+    """CUTLASS/CuTe include folders from the nvidia-cutlass wheel, or [] when it is not installed."""
+    try:
+        import cutlass_library
+    except ImportError:
+        return []
+    source = Path(cutlass_library.__file__).resolve().parent / "source"
+    folders = [source / "include", source / "tools" / "util" / "include"]
+    return [str(f) for f in folders] if all((f / "cutlass").is_dir() for f in folders) else []
 
 
 def _extensions() -> tuple[list, dict]:
@@ -53,11 +68,23 @@ def _extensions() -> tuple[list, dict]:
         "kernels_ext/tw_gemm_sm90_ws.cu",
         "kernels_ext/nm_gemm.cu",
     ]
+    include_dirs = [str(ROOT / "kernels_ext")]
+    cxx_flags, nvcc_flags = ["-O3"], ["-O3"]  # torch picks the C++ standard it needs
+    cutlass = _cutlass_includes()
+    if cutlass:
+        log.info("building the 2:4 sparse GEMM with CUTLASS from %s", cutlass[0])
+        sources.append("kernels_ext/sp24_gemm.cu")
+        include_dirs += cutlass
+        cxx_flags.append("-DSPARSEPRUNE_SP24")
+        # NDEBUG: CUTLASS's device asserts are function calls, and ptxas serializes every wgmma around a call.
+        nvcc_flags += ["-DSPARSEPRUNE_SP24", "-DNDEBUG"]
+    else:
+        log.warning("CUTLASS headers not found (pip install nvidia-cutlass): building without the 2:4 sparse GEMM")
     ext = CUDAExtension(
         name="sparseprune._kernels",
         sources=sources,
-        include_dirs=[str(ROOT / "kernels_ext")],
-        extra_compile_args={"cxx": ["-O3"], "nvcc": ["-O3"]},  # torch picks the C++ standard it needs
+        include_dirs=include_dirs,
+        extra_compile_args={"cxx": cxx_flags, "nvcc": nvcc_flags},
     )
     return [ext], {"build_ext": BuildExtension.with_options(use_ninja=True)}
 

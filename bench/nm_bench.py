@@ -28,7 +28,7 @@ from bench.common import (
     write_results,
 )
 from bench.tw_bench import SHAPES as TW_SHAPES
-from sparseprune.export.formats.nm import PackedNM, auto_route, pack_nm, tw_view
+from sparseprune.export.formats.nm import PackedNM, auto_route, nm_matmul, pack_nm, route_unavailable, tw_view
 
 log = logging.getLogger("nm_bench")
 
@@ -37,7 +37,9 @@ LEGEND = (
     "'N:M' takes x row-major through PackedNM.matmul (kernel: simt = CUDA-core SpMV/SpMM, tw = TW tensor-core "
     "kernel on the repacked weight, with its transpose of x); 'TW-fm' gives the TW route x feature-major. "
     "'ideal' is the dense GEMM over the kept K; 'weight-bytes bound' is dense weight bytes / packed bytes "
-    "(values + uint8 indices), the M = 1 ceiling. torch 2:4 prunes B by magnitude itself (timing only)."
+    "(values + uint8 indices), the M = 1 ceiling. 'HW 2:4' is the CUTLASS sm90 sparse-tensor-core GEMM (kernel sp24) "
+    "on the same mask, forced at every M, checked against fp32 like the rest; torch 2:4 is cuSPARSELt through "
+    "to_sparse_semi_structured, which prunes B by magnitude itself (timing only)."
 )
 NMSPARSE_SHAPES = {
     f"nms_m{m}_k{k}_n{n}": (m, k, n)
@@ -65,8 +67,11 @@ COLUMNS = [
     ("of_ideal", "N:M / ideal"),
     ("bytes_bound", "weight-bytes bound ×"),
     ("of_bound", "N:M / bound"),
+    ("sp24_us", "HW 2:4 µs"),
+    ("sp24_speedup", "HW 2:4 ×dense"),
     ("semi24_speedup", "torch 2:4 ×dense"),
     ("rel_err", "rel err"),
+    ("rel_err_sp24", "HW 2:4 rel err"),
 ]
 
 
@@ -109,7 +114,10 @@ def run_case(
     xt = x.t().contiguous() if route == "tw" else None
     if xt is not None:
         row["rel_err_fm"] = relative_error(tw_view(packed).matmul_feature_major(xt).t(), ref)
-    row["passed"] = max(row["rel_err"], row.get("rel_err_fm", 0.0)) <= TOLERANCE[x.dtype]
+    sp24 = route_unavailable(x, packed, "sp24") is None
+    if sp24:
+        row["rel_err_sp24"] = relative_error(nm_matmul(x, packed, kernel="sp24"), ref)
+    row["passed"] = max(row["rel_err"], row.get("rel_err_fm", 0.0), row.get("rel_err_sp24", 0.0)) <= TOLERANCE[x.dtype]
     if check_only:
         return row
     k_ideal = max(8, round(kept / m * k / 8) * 8)
@@ -122,6 +130,8 @@ def run_case(
     if xt is not None:
         view = tw_view(packed)
         row["nm_fm_us"] = time_cuda(lambda: view.matmul_feature_major(xt)).median_us
+    if sp24:
+        row["sp24_us"] = time_cuda(lambda: nm_matmul(x, packed, kernel="sp24")).median_us
     return row
 
 
@@ -134,6 +144,8 @@ def add_ratios(row: dict[str, Any], t_dense: float) -> None:
     row["of_bound"] = row["speedup"] / row["bytes_bound"]
     if row.get("nm_fm_us"):
         row["speedup_fm"] = t_dense / row["nm_fm_us"]
+    if row.get("sp24_us"):
+        row["sp24_speedup"] = t_dense / row["sp24_us"]
 
 
 def run_shape(
@@ -156,13 +168,14 @@ def run_shape(
             if kept * 2 == m and vector == 1:
                 add_semi24(row, x, b, t_dense)
         log.info(
-            "%s %s V=%d %s err=%.2e speedup=%s",
+            "%s %s V=%d %s err=%.2e speedup=%s hw 2:4=%s",
             name,
             pattern,
             vector,
             row["route"],
             row["rel_err"],
             f"{row['speedup']:.2f}" if "speedup" in row else "-",
+            f"{row['sp24_speedup']:.2f}" if "sp24_speedup" in row else "-",
         )
         rows.append(row)
     return rows
@@ -181,7 +194,8 @@ def main() -> None:
             raise SystemExit(f"pattern {pattern} must keep 1 <= N < M")
     dtype = getattr(torch, args.dtype)
     gen = torch.Generator(device="cuda").manual_seed(args.seed)
-    columns = COLUMNS[:7] + [("rel_err", "rel err"), ("passed", "passed")] if args.check_only else COLUMNS
+    check_columns = [("rel_err", "rel err"), ("rel_err_sp24", "HW 2:4 rel err"), ("passed", "passed")]
+    columns = COLUMNS[:7] + check_columns if args.check_only else COLUMNS
     rows: list[dict[str, Any]] = []
     for name in args.shapes:
         rows += run_shape(name, args.patterns, args.vectors, dtype, gen, args.check_only)

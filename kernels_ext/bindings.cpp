@@ -14,6 +14,10 @@
 #include "nm_gemm.h"
 #include "tw_gemm.h"
 
+#ifdef SPARSEPRUNE_SP24
+#include "sp24_gemm.h"
+#endif
+
 namespace {
 
 namespace nm = sparseprune::nm;
@@ -248,6 +252,99 @@ at::Tensor nm_matmul(const at::Tensor& x, const at::Tensor& values, const at::Te
   return y;
 }
 
+#ifdef SPARSEPRUNE_SP24
+namespace sp24 = sparseprune::sp24;
+
+// N and K of a 2:4 GEMM: in int32 range (CUTLASS problem shapes), K a multiple of kKAlign, N of kNAlign.
+void check_sp24_dims(int64_t N, int64_t K) {
+  TORCH_CHECK(N > 0 && N < (int64_t{1} << 31) && K > 0 && K < (int64_t{1} << 31),
+              "2:4 GEMM needs 0 < N, K < 2^31, got N = ", num(N), ", K = ", num(K));
+  TORCH_CHECK(K % sp24::kKAlign == 0, "2:4 GEMM needs K a multiple of ", num(sp24::kKAlign), ", got K = ", num(K));
+  TORCH_CHECK(N % sp24::kNAlign == 0, "2:4 GEMM needs N a multiple of ", num(sp24::kNAlign), ", got N = ", num(N));
+}
+
+// Compresses the 2:4 weight W (N x K, row-major, 2:4 along K) for sp24_matmul: (values [N, K/2], metadata uint8).
+// Runs once per weight, so it also counts non-zeros per group of 4 (one reduction and a sync) and refuses a W that
+// is not 2:4: the compressor would silently keep wrong entries.
+std::tuple<at::Tensor, at::Tensor> sp24_compress(const at::Tensor& w) {
+  TORCH_CHECK(w.dim() == 2, "w must be 2-D (N x K), got ", num(w.dim()), "-D");
+  TORCH_CHECK(w.is_cuda(), "w must be a CUDA tensor");
+  check_cuda_tensor(w, "w", w.device());
+  const auto dtype = w.scalar_type();
+  TORCH_CHECK(dtype == at::kHalf || dtype == at::kBFloat16, "w must be float16 or bfloat16, got ", dtype);
+  const int64_t N = w.size(0), K = w.size(1);
+  check_sp24_dims(N, K);
+  TORCH_CHECK(aligned16(w.data_ptr()), "w must be 16-byte aligned");
+  const int64_t most = w.view({N, K / 4, 4}).ne(0).sum(-1).amax().item<int64_t>();
+  TORCH_CHECK(most <= 2, "w is not 2:4 along K: a group of 4 holds ", num(most), " non-zeros");
+
+  const c10::cuda::CUDAGuard guard(w.device());
+  const sp24::CompressedSizes sizes = sp24::compressed_sizes(N, K);
+  // Zeroed once per weight: the metadata is padded to 64 x 128 atoms, and no padding byte should ever be stale.
+  at::Tensor values = at::zeros({N, sizes.values_cols}, w.options());
+  at::Tensor meta = at::zeros({sizes.meta_bytes}, w.options().dtype(at::kByte));
+  const auto kernel_dtype = dtype == at::kHalf ? sp24::DType::kHalf : sp24::DType::kBFloat16;
+  const char* err = sp24::launch_compress(w.data_ptr(), N, K, kernel_dtype, values.data_ptr(), meta.data_ptr(),
+                                          sm_count(w.device().index()),
+                                          c10::cuda::getCurrentCUDAStream(w.device().index()).stream());
+  TORCH_CHECK(err == nullptr, "sp24_compress launch failed: ", err ? err : "");
+  return {values, meta};
+}
+
+// y = act(x @ W^T + bias) on Hopper sparse tensor cores, W compressed by sp24_compress: x (M, K) row-major, y (M, N).
+at::Tensor sp24_matmul(const at::Tensor& x, const at::Tensor& values, const at::Tensor& meta,
+                       const std::optional<at::Tensor>& bias, int64_t K, int64_t N, int64_t activation) {
+  check_activations(x);
+  const at::Device device = x.device();
+  const auto dtype = x.scalar_type();
+  TORCH_CHECK(x.size(1) == K, "x has K = ", num(x.size(1)), " but the 2:4 weight has K = ", num(K));
+  check_sp24_dims(N, K);
+  const int64_t M = x.size(0);
+  TORCH_CHECK(M < (int64_t{1} << 31), "2:4 GEMM needs fewer than 2^31 rows of x, got ", num(M));
+  TORCH_CHECK(aligned16(x.data_ptr()), "x must be 16-byte aligned");
+  check_activation_code(activation);
+  const sp24::CompressedSizes sizes = sp24::compressed_sizes(N, K);
+  check_cuda_tensor(values, "values", device);
+  TORCH_CHECK(values.scalar_type() == dtype, "values are ", values.scalar_type(), " but x is ", dtype);
+  TORCH_CHECK(values.dim() == 2 && values.size(0) == N && values.size(1) == sizes.values_cols,
+              "values must be (N, K/2) = (", num(N), ", ", num(sizes.values_cols), "), got ", shape(values.sizes()));
+  TORCH_CHECK(aligned16(values.data_ptr()), "values must be 16-byte aligned");
+  check_cuda_tensor(meta, "meta", device);
+  TORCH_CHECK(meta.scalar_type() == at::kByte, "meta must be uint8, got ", meta.scalar_type());
+  TORCH_CHECK(meta.numel() == sizes.meta_bytes, "meta must hold ", num(sizes.meta_bytes), " bytes, got ",
+              num(meta.numel()));
+  TORCH_CHECK(aligned16(meta.data_ptr()), "meta must be 16-byte aligned");
+  check_bias(bias, x, N);
+  TORCH_CHECK(!bias.has_value() || aligned16(bias->data_ptr()), "bias must be 16-byte aligned");
+
+  const c10::cuda::CUDAGuard guard(device);
+  at::Tensor y = at::empty({M, N}, x.options());
+  if (M == 0) return y;
+  sp24::Problem p{};
+  p.values = values.data_ptr();
+  p.meta = meta.data_ptr();
+  p.N = N;
+  p.K = K;
+  p.x = x.data_ptr();
+  p.M = M;
+  p.bias = bias.has_value() ? bias->data_ptr() : nullptr;
+  p.y = y.data_ptr();
+  p.activation = static_cast<sp24::Activation>(activation);
+  p.dtype = dtype == at::kHalf ? sp24::DType::kHalf : sp24::DType::kBFloat16;
+  p.device = device.index();
+  p.num_sms = sm_count(device.index());
+  p.stream = c10::cuda::getCurrentCUDAStream(device.index()).stream();
+  at::Tensor workspace;
+  if (const int64_t bytes = sp24::workspace_bytes(p); bytes > 0) {
+    workspace = at::empty({bytes}, x.options().dtype(at::kByte));
+    p.workspace = workspace.data_ptr();
+  }
+  const char* err = sp24::launch_sp24_matmul(p);
+  TORCH_CHECK(err == nullptr, "sp24_matmul launch failed: ", err ? err : "");
+  return y;
+}
+#endif
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -262,4 +359,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         pybind11::arg("x"), pybind11::arg("values"), pybind11::arg("idx"), pybind11::arg("bias"), pybind11::arg("K"),
         pybind11::arg("N"), pybind11::arg("m"), pybind11::arg("kept"), pybind11::arg("vector"),
         pybind11::arg("activation"));
+#ifdef SPARSEPRUNE_SP24
+  m.def("sp24_available", &sp24::available, "True when the 2:4 kernels hold sm_90a code that this device runs");
+  m.def("sp24_compress", &sp24_compress, "Compresses a 2:4 weight W (N x K) into values and CUTLASS metadata",
+        pybind11::arg("w"));
+  m.def("sp24_matmul", &sp24_matmul, "2:4 GEMM on Hopper sparse tensor cores: act(x @ W^T + bias)", pybind11::arg("x"),
+        pybind11::arg("values"), pybind11::arg("meta"), pybind11::arg("bias"), pybind11::arg("K"), pybind11::arg("N"),
+        pybind11::arg("activation"));
+#endif
 }

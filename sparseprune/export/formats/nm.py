@@ -10,6 +10,9 @@ holds each kept value's position inside its group, shared by the `vector` column
 - "tw": vector-wise N:M with V >= 16 is a tile-wise layout (each V-column block keeps the same K*kept/m rows), so it
   is repacked once into PackedTW (memoised per `values` tensor) and runs on the TW tensor-core kernels; chosen for
   M > 16. V = 16 fills half of each 32-column TW tile, so it does up to twice the ideal MMA work.
+- "sp24": 2:4 (element- or vector-wise) on Hopper sparse tensor cores (sparseprune/export/formats/sp24.py); the
+  weight is compressed once by CUTLASS on the GPU (memoised per `values` tensor, like the TW repack) and chosen for
+  M > 16 on an sm_90 device when the extension holds the CUTLASS kernel; K must be a multiple of 16.
 - "reference": one dense GEMM on the scattered weight; CPU, no extension, dtypes other than fp16/bf16, or a
   packing outside the kernels' range (M not a power of two in [2, 32], N = 0 or N = M, N columns not a multiple
   of 8).
@@ -18,27 +21,33 @@ holds each kept value's position inside its group, shared by the `vector` column
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import torch
 from torch.utils.weak import WeakIdKeyDictionary
 
 from sparseprune.errors import UserError
+from sparseprune.export.formats import sp24
 from sparseprune.export.formats.base import TensorBundleMixin, apply_epilogue
 from sparseprune.export.formats.extension import load_kernels
+from sparseprune.export.formats.sp24 import CompressedSP24, compress_24
 from sparseprune.export.formats.tw import ACTIVATIONS, KERNEL_DTYPES, PackedTW, pack_tw
 
 log = logging.getLogger(__name__)
 
-KERNELS = ("auto", "simt", "tw", "reference")
+KERNELS = ("auto", "simt", "tw", "sp24", "reference")
 KERNEL_MAX_M = 32  # largest group the kernels take; must match the binding's check in kernels_ext/bindings.cpp
 SMALL_M = 16  # rows of x up to which the SpMV runs; must match kSmallM in kernels_ext/nm_gemm.h
 TW_MIN_VECTOR = 16  # narrowest vector that goes to the tensor-core TW route
 
-# PackedTW twin of each vector-wise weight, keyed weakly by its values tensor: export modules rebuild PackedNM on
-# every forward from the same buffers, and the repack is far too slow to redo per call.
+# PackedTW twin of each vector-wise weight and CUTLASS-compressed form of each 2:4 weight, keyed weakly by its values
+# tensor: export modules rebuild PackedNM on every forward from the same buffers, and a repack per call is far too
+# slow.
 _TW_VIEWS: WeakIdKeyDictionary = WeakIdKeyDictionary()
+_SP24_VIEWS: WeakIdKeyDictionary = WeakIdKeyDictionary()
+View = TypeVar("View")
 
 
 @dataclass
@@ -146,13 +155,15 @@ def nm_matmul(
     rows = x.reshape(-1, k)
     route = auto_route(rows, packed) if kernel == "auto" else kernel
     if route != "reference":
-        why = _route_unavailable(rows, packed, route)
+        why = route_unavailable(rows, packed, route)
         if why is not None:
             raise UserError(f"N:M kernel {route!r} cannot run: {why}")
     if route == "reference":
         y = nm_matmul_reference(rows, packed, bias, activation)
     elif route == "tw":
         y = tw_view(packed).matmul(rows, bias, activation)
+    elif route == "sp24":
+        y = sp24_view(packed).matmul(rows, bias, activation)
     else:
         y = load_kernels().nm_matmul(
             rows.contiguous(),
@@ -176,7 +187,13 @@ def nm_matmul_reference(
     return apply_epilogue(x @ packed.dense().to(x.dtype), bias, activation)
 
 
-def _route_unavailable(x: torch.Tensor, packed: PackedNM, route: str) -> str | None:
+def route_unavailable(x: torch.Tensor, packed: PackedNM, route: str) -> str | None:
+    """Why `route` cannot run these rows of x on this packing, or None (benchmarks ask before forcing one)."""
+    return _device_unavailable(x, packed, route) or _packing_unsupported(packed, route)
+
+
+def _device_unavailable(x: torch.Tensor, packed: PackedNM, route: str) -> str | None:
+    """Why this build, x's device or dtype rule the route out (the packing aside), or None."""
     if load_kernels() is None:
         return "the sparseprune._kernels extension is not built"
     if not x.is_cuda:
@@ -185,22 +202,35 @@ def _route_unavailable(x: torch.Tensor, packed: PackedNM, route: str) -> str | N
         return f"x is {x.dtype}, the kernels take float16 or bfloat16"
     if packed.values.dtype != x.dtype:
         return f"values are {packed.values.dtype} but x is {x.dtype}"
+    return sp24.device_unavailable(x) if route == "sp24" else None
+
+
+def _packing_unsupported(packed: PackedNM, route: str) -> str | None:
+    """Why the route cannot take this packing, or None."""
     why = packed.kernel_unsupported()
-    if why is None and route == "tw":
-        k, n = packed.shape
+    if why is not None:
+        return why
+    k, _ = packed.shape
+    if route == "tw":
         if packed.vector < TW_MIN_VECTOR:
-            why = f"the TW route needs vector >= {TW_MIN_VECTOR}, got {packed.vector}"
-        elif k % 8:
-            why = f"the TW route needs K a multiple of 8, got {k}"
-    return why
+            return f"the TW route needs vector >= {TW_MIN_VECTOR}, got {packed.vector}"
+        if k % 8:
+            return f"the TW route needs K a multiple of 8, got {k}"
+    if route == "sp24":
+        if (packed.kept, packed.m) != (2, 4):
+            return f"the 2:4 route needs a 2:4 packing, got {packed.kept}:{packed.m}"
+        return sp24.shape_unsupported(*packed.shape)
+    return None
 
 
 def auto_route(x: torch.Tensor, packed: PackedNM) -> str:
-    """The route "auto" takes for these rows of x: "tw", "simt" or "reference"."""
-    if _route_unavailable(x, packed, "simt") is not None:
+    """The route "auto" takes for these rows of x: "sp24", "tw", "simt" or "reference"."""
+    if route_unavailable(x, packed, "simt") is not None:
         return "reference"
-    if x.shape[0] > SMALL_M and _route_unavailable(x, packed, "tw") is None:
-        return "tw"
+    if x.shape[0] > SMALL_M:
+        for route in ("sp24", "tw"):
+            if route_unavailable(x, packed, route) is None:
+                return route
     return "simt"
 
 
@@ -216,14 +246,35 @@ def _version(t: torch.Tensor) -> int:
         return -1
 
 
-def tw_view(packed: PackedNM) -> PackedTW:
-    """The weight as PackedTW, built once per values tensor (and rebuilt if values or idx change)."""
+def _memoised(cache: WeakIdKeyDictionary, packed: PackedNM, build: Callable[[PackedNM], View]) -> View:
+    """build(packed), made once per values tensor and rebuilt if values or idx change."""
     key = (packed.idx.data_ptr(), _version(packed.values), _version(packed.idx), packed.m, packed.kept, packed.vector)
-    hit = _TW_VIEWS.get(packed.values)
+    hit = cache.get(packed.values)
     if hit is not None and hit[0] == key:
         return hit[1]
+    view = build(packed)
+    cache[packed.values] = (key, view)
+    return view
+
+
+def _repack_tw(packed: PackedNM) -> PackedTW:
     view = pack_tw(packed.dense(), packed.keep_mask(), tw_granularity(packed.vector))
-    _TW_VIEWS[packed.values] = (key, view)
     log.debug("repacked %s N:M (V=%d) as TW G=%d: %d tiles", packed.shape, packed.vector, view.granularity,
               view.num_tiles)  # fmt: skip
     return view
+
+
+def _compress_sp24(packed: PackedNM) -> CompressedSP24:
+    view = compress_24(packed.dense())
+    log.debug("compressed %s 2:4 (V=%d) for the sparse tensor cores", packed.shape, packed.vector)
+    return view
+
+
+def tw_view(packed: PackedNM) -> PackedTW:
+    """The weight as PackedTW, built once per values tensor (and rebuilt if values or idx change)."""
+    return _memoised(_TW_VIEWS, packed, _repack_tw)
+
+
+def sp24_view(packed: PackedNM) -> CompressedSP24:
+    """The 2:4 weight compressed for the sparse tensor cores, once per values tensor (as tw_view)."""
+    return _memoised(_SP24_VIEWS, packed, _compress_sp24)

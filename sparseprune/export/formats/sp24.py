@@ -1,0 +1,94 @@
+"""2:4 weights on Hopper sparse tensor cores: the compressed form of a 2:4 GEMM matrix B and its matmul.
+
+The hardware wants the weight as the sparse operand of D = W x^T, W = B^T (N x K) with 2:4 groups along K, split
+into its kept values [N, K/2] and CUTLASS's metadata (2-bit positions in its own tiled order). CUTLASS's compressor
+builds both on the GPU (kernels_ext/sp24_gemm.cu), so the metadata layout is the one the kernel reads by
+construction. The kernel writes y = act(x B + bias) row-major (M x N) with bias and activation fused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from sparseprune.errors import UserError
+from sparseprune.export.formats.extension import load_kernels
+from sparseprune.export.formats.tw import ACTIVATIONS, KERNEL_DTYPES
+
+K_ALIGN = 16  # must match kKAlign in kernels_ext/sp24_gemm.h (compressed rows of K/2 values, 16-byte aligned)
+N_ALIGN = 8  # must match kNAlign (16-byte aligned output columns)
+HOPPER = (9, 0)  # the sm_90a sparse wgmma runs on exactly this compute capability
+
+
+@dataclass(frozen=True)
+class CompressedSP24:
+    """A 2:4 matrix B (K x N) as CUTLASS compressed W = B^T: values [N, K/2] and metadata bytes, on one GPU."""
+
+    values: torch.Tensor
+    meta: torch.Tensor
+    shape: tuple[int, int]
+
+    def matmul(self, x: torch.Tensor, bias: torch.Tensor | None = None, activation: str | None = None) -> torch.Tensor:
+        """y = act(x @ B + bias) for x (M, K); the caller has checked the route with sp24_unavailable()."""
+        k, n = self.shape
+        if bias is not None:
+            bias = _aligned(bias.to(x.dtype).contiguous())
+        return load_kernels().sp24_matmul(
+            _aligned(x.contiguous()), self.values, self.meta, bias, k, n, ACTIVATIONS[activation]
+        )
+
+
+def shape_unsupported(k: int, n: int) -> str | None:
+    """Why the 2:4 kernel cannot take a K x N matrix B, or None when it can."""
+    if k % K_ALIGN:
+        return f"the 2:4 kernel needs K a multiple of {K_ALIGN}, got K = {k}"
+    if n % N_ALIGN:
+        return f"the 2:4 kernel needs N a multiple of {N_ALIGN}, got N = {n}"
+    return None
+
+
+def device_unavailable(x: torch.Tensor) -> str | None:
+    """Why the 2:4 kernel cannot run on x's device in this build, or None when it can."""
+    kernels = load_kernels()
+    if kernels is None or not hasattr(kernels, "sp24_matmul"):
+        return "the extension was built without the CUTLASS 2:4 kernel (install nvidia-cutlass and rebuild)"
+    if not x.is_cuda:
+        return f"x is on {x.device}, the 2:4 kernel needs CUDA"
+    capability = torch.cuda.get_device_capability(x.device)
+    if capability != HOPPER:
+        return f"the 2:4 kernel needs a Hopper (sm_90) GPU, {x.device} is sm_{capability[0]}{capability[1]}"
+    if not kernels.sp24_available():
+        return "the 2:4 kernel has no sm_90a code in this build (TORCH_CUDA_ARCH_LIST must include 9.0a)"
+    return None
+
+
+def check_24(b_kn: torch.Tensor) -> None:
+    """Raise UserError unless every group of 4 consecutive K entries of each column of B holds at most 2 non-zeros."""
+    k, n = b_kn.shape
+    if k % 4:
+        raise UserError(f"a 2:4 matrix needs K a multiple of 4, got K = {k}")
+    per_group = (b_kn != 0).reshape(k // 4, 4, n).sum(1)
+    if per_group.numel() and int(per_group.max()) > 2:
+        group, col = divmod(int(per_group.argmax()), n)
+        raise UserError(
+            f"matrix is not 2:4 along K: column {col}, K {4 * group}..{4 * group + 3} holds "
+            f"{int(per_group.max())} non-zeros"
+        )
+
+
+def compress_24(b_kn: torch.Tensor) -> CompressedSP24:
+    """Compress the 2:4 matrix B (K x N, fp16/bf16, on a Hopper GPU) for the sparse tensor cores."""
+    if b_kn.dim() != 2 or b_kn.dtype not in KERNEL_DTYPES:
+        raise UserError(f"2:4 compression takes a 2-D float16/bfloat16 B, got {b_kn.dtype} {tuple(b_kn.shape)}")
+    why = shape_unsupported(*b_kn.shape) or device_unavailable(b_kn)
+    if why is not None:
+        raise UserError(f"cannot compress for the 2:4 kernel: {why}")
+    check_24(b_kn)
+    values, meta = load_kernels().sp24_compress(b_kn.t().contiguous())
+    return CompressedSP24(values, meta, tuple(b_kn.shape))
+
+
+def _aligned(t: torch.Tensor) -> torch.Tensor:
+    """t itself when its data is 16-byte aligned (what TMA needs), else an aligned copy."""
+    return t if t.data_ptr() % 16 == 0 else t.clone()

@@ -1,0 +1,216 @@
+"""2:4 on Hopper sparse tensor cores: the route decisions and validation errors on the CPU, then the CUTLASS kernel
+against an fp32 reference from the dense B on fresh random inputs over many shapes (skipped without an sm_90 GPU and
+a build that holds the kernel)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable
+
+import pytest
+import torch
+from gemm_checks import KERNEL_TOLERANCE, dense_reference, rel_err
+from random_masks import random_nm_mask
+
+from sparseprune.errors import UserError
+from sparseprune.export.formats import nm, sp24
+from sparseprune.export.formats.extension import load_kernels
+from sparseprune.export.formats.nm import PackedNM, auto_route, nm_matmul, pack_nm, sp24_view
+from sparseprune.export.formats.sp24 import check_24, compress_24, shape_unsupported
+
+
+def _sp24_missing() -> str | None:
+    if not torch.cuda.is_available():
+        return "needs a CUDA device"
+    return sp24.device_unavailable(torch.empty(0, device="cuda"))
+
+
+SP24_MISSING = _sp24_missing()
+
+
+def requires_sp24(test: Callable[..., None]) -> Callable[..., None]:
+    """GPU test of the kernel: marked gpu, skipped with the reason when this machine or build cannot run it."""
+    return pytest.mark.gpu(pytest.mark.skipif(SP24_MISSING is not None, reason=str(SP24_MISSING))(test))
+
+
+def _packed(
+    k: int, n: int, kept: int = 2, m: int = 4, vector: int = 1, seed: int = 0, dtype: torch.dtype = torch.float16
+) -> tuple[PackedNM, torch.Tensor]:
+    """An N:M packing of a random B (K x N), representable in `dtype`, and the masked B in fp32."""
+    gen = torch.Generator().manual_seed(seed)
+    mask = random_nm_mask(k, n, kept, m, vector, gen)
+    b = (torch.randn(k, n, generator=gen) / math.sqrt(k / 2)).to(dtype).float() * mask
+    return pack_nm(b, mask, m, vector), b
+
+
+# CPU: validation and routing.
+
+
+def test_check_24_accepts_two_per_group_and_names_the_first_bad_group() -> None:
+    b = torch.zeros(8, 2)
+    b[[0, 3, 5, 6], 0] = torch.tensor([1.0, 2.0, 3.0, 4.0])
+    b[[1, 2, 4], 1] = 1.0  # two in the first group, one in the second: fewer than 2 is fine
+    check_24(b)
+    b[7, 1] = 5.0
+    b[0, 1] = 5.0  # column 1, first group: three non-zeros
+    with pytest.raises(UserError, match=r"column 1, K 0\.\.3 holds 3 non-zeros"):
+        check_24(b)
+    with pytest.raises(UserError, match="multiple of 4"):
+        check_24(torch.ones(6, 2))
+
+
+def test_shape_limits() -> None:
+    assert shape_unsupported(768, 2304) is None
+    assert "K a multiple of 16" in shape_unsupported(24, 64)
+    assert "N a multiple of 8" in shape_unsupported(64, 20)
+
+
+def test_compress_refuses_bad_input_before_any_launch() -> None:
+    with pytest.raises(UserError, match="float16/bfloat16"):
+        compress_24(torch.zeros(64, 64))
+    with pytest.raises(UserError, match="K a multiple of 16"):
+        compress_24(torch.zeros(24, 64, dtype=torch.float16))
+    with pytest.raises(UserError, match="cannot compress for the 2:4 kernel"):
+        compress_24(torch.zeros(64, 64, dtype=torch.float16))  # CPU tensor (or no kernel in this build)
+
+
+def test_forced_route_explains_why_it_cannot_run() -> None:
+    packed, _ = _packed(64, 32)
+    with pytest.raises(UserError, match="N:M kernel 'sp24' cannot run"):
+        nm_matmul(torch.randn(20, 64), packed, kernel="sp24")
+
+
+@pytest.mark.parametrize(
+    ("rows", "k", "kept", "m", "vector", "route"),
+    [
+        (17, 64, 2, 4, 1, "sp24"),  # just past the SpMV range
+        (16, 64, 2, 4, 1, "simt"),  # decode sizes keep the memory-bound SpMV
+        (4096, 64, 2, 4, 128, "sp24"),  # vector-wise 2:4 is 2:4 too, and beats the TW repack
+        (4096, 40, 2, 4, 1, "simt"),  # K = 40 is no multiple of 16
+        (4096, 64, 1, 4, 1, "simt"),  # 1:4 is not the hardware pattern
+        (4096, 64, 1, 4, 16, "tw"),
+    ],
+)
+def test_auto_route_on_a_capable_device(
+    monkeypatch: pytest.MonkeyPatch, rows: int, k: int, kept: int, m: int, vector: int, route: str
+) -> None:
+    """With the device checks passed (as on a Hopper GPU with the kernel built), the packing and M decide."""
+    monkeypatch.setattr(nm, "_device_unavailable", lambda x, packed, route: None)
+    packed, _ = _packed(k, 256, kept, m, vector)
+    assert auto_route(torch.empty(rows, k), packed) == route
+
+
+def test_compressed_form_is_memoised_per_values_tensor(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = []
+    monkeypatch.setattr(nm, "compress_24", lambda b: calls.append(b) or object())
+    packed, _ = _packed(64, 32)
+    view = sp24_view(packed)
+    assert sp24_view(packed) is view and len(calls) == 1
+    packed.values.mul_(2)
+    assert sp24_view(packed) is not view and len(calls) == 2, "an in-place change invalidates the compressed form"
+
+
+# GPU: the CUTLASS kernel.
+
+# (rows of x, K, N): ragged rows against the 128-row tiles, K with and without a 128 tail (metadata atoms are
+# 64 x 128), N not a multiple of 64 (padded metadata rows), the BERT shapes.
+SHAPES = [
+    (17, 64, 8),
+    (33, 16, 40),
+    (64, 128, 128),
+    (100, 272, 264),
+    (129, 1040, 72),
+    (257, 768, 2304),
+    (300, 3072, 768),
+    (1000, 512, 1032),
+    (4096, 768, 3072),
+]
+
+
+@requires_sp24
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("vector", [1, 8])
+def test_matches_fp32_reference(dtype: torch.dtype, vector: int) -> None:
+    activations = itertools.cycle([None, "relu", "gelu"])
+    for i, (rows, k, n) in enumerate(SHAPES):
+        packed, b = _packed(k, n, vector=vector, seed=i, dtype=dtype)
+        packed = packed.to("cuda", dtype)
+        gen = torch.Generator(device="cuda").manual_seed(i)
+        x = torch.randn(rows, k, generator=gen, device="cuda").to(dtype)
+        bias = None if i % 4 == 3 else torch.randn(n, generator=gen, device="cuda").to(dtype)
+        act = next(activations)
+        y = nm_matmul(x, packed, bias, act, kernel="sp24")
+        assert y.dtype == dtype and y.shape == (rows, n)
+        err = rel_err(y, dense_reference(x, b.cuda(), bias, act, dtype=torch.float32))
+        assert err <= KERNEL_TOLERANCE[dtype], f"V={vector} M={rows} K={k} N={n} {act}: {err:.2e}"
+
+
+@requires_sp24
+def test_auto_route_takes_the_kernel_past_the_spmv_range() -> None:
+    packed, _ = _packed(256, 128)
+    packed = packed.to("cuda", torch.float16)
+    assert auto_route(torch.empty(17, 256, device="cuda", dtype=torch.float16), packed) == "sp24"
+    assert auto_route(torch.empty(16, 256, device="cuda", dtype=torch.float16), packed) == "simt"
+
+
+@requires_sp24
+def test_direct_compression_and_decode_sizes() -> None:
+    """compress_24 on a B that was never packed (kept zeros included), and M = 1 and 16, below the auto range."""
+    gen = torch.Generator().manual_seed(7)
+    k, n = 512, 96
+    mask = random_nm_mask(k, n, 2, 4, 1, gen)
+    b = torch.randn(k, n, generator=gen).half().float() * mask
+    b[:4] = 0  # whole groups of zeros compress too
+    weight = compress_24(b.to("cuda", torch.float16))
+    for rows in (1, 16):
+        x = torch.randn(rows, k, generator=gen).to("cuda", torch.float16)
+        y = weight.matmul(x, None, "relu")
+        ref = dense_reference(x, b.cuda(), None, "relu", dtype=torch.float32)
+        assert rel_err(y, ref) <= KERNEL_TOLERANCE[torch.float16]
+
+
+@requires_sp24
+def test_unaligned_views_are_handled() -> None:
+    """x and bias views that start off a 16-byte boundary are copied to aligned memory, not rejected."""
+    packed, b = _packed(64, 64)
+    packed = packed.to("cuda", torch.float16)
+    x = torch.randn(40 * 64 + 1, device="cuda", dtype=torch.float16)[1:].view(40, 64)
+    bias = torch.randn(65, device="cuda", dtype=torch.float16)[1:]
+    y = nm_matmul(x, packed, bias, kernel="sp24")
+    assert rel_err(y, dense_reference(x, b.cuda(), bias, None, dtype=torch.float32)) <= KERNEL_TOLERANCE[torch.float16]
+
+
+@requires_sp24
+def test_each_call_once() -> None:
+    """One small compression and GEMM per dtype: the compute-sanitizer run of bench/sp24_gpu_check.sh uses this."""
+    for dtype in (torch.float16, torch.bfloat16):
+        packed, b = _packed(272, 72, seed=3, dtype=dtype)
+        packed = packed.to("cuda", dtype)
+        x = torch.randn(70, 272, device="cuda").to(dtype)
+        bias = torch.randn(72, device="cuda").to(dtype)
+        y = nm_matmul(x, packed, bias, "gelu", kernel="sp24")
+        ref = dense_reference(x, b.cuda(), bias, "gelu", dtype=torch.float32)
+        assert rel_err(y, ref) <= KERNEL_TOLERANCE[dtype]
+
+
+@requires_sp24
+def test_binding_rejects_bad_input() -> None:
+    kernels = load_kernels()
+    packed, _ = _packed(64, 32)
+    weight = sp24_view(packed.to("cuda", torch.float16))
+    x = torch.randn(20, 64, device="cuda", dtype=torch.float16)
+
+    def call(x: torch.Tensor = x, values: torch.Tensor = weight.values, k: int = 64, n: int = 32) -> None:
+        kernels.sp24_matmul(x, values, weight.meta, None, k, n, 0)
+
+    with pytest.raises(RuntimeError, match="values are"):
+        call(x=x.to(torch.bfloat16))
+    with pytest.raises(RuntimeError, match="K a multiple of 16"):
+        call(x=x[:, :56].contiguous(), k=56)
+    with pytest.raises(RuntimeError, match="values must be"):
+        call(values=weight.values[:16].contiguous())
+    with pytest.raises(RuntimeError, match="16-byte aligned"):
+        call(x=torch.randn(20 * 64 + 1, device="cuda", dtype=torch.float16)[1:].view(20, 64))
+    with pytest.raises(RuntimeError, match="not 2:4"):
+        kernels.sp24_compress(torch.ones(32, 64, device="cuda", dtype=torch.float16))
