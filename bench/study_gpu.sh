@@ -5,7 +5,7 @@
 #   bash bench/study_gpu.sh vgg16_layer_floor  # BW 32x32 at 75%: no per-layer floor against 0.99
 #   bash bench/study_gpu.sh bert_layer_floor   # MiniLM, TW G=128 at 75%: no floor, 0.9, 0.8
 #   bash bench/study_gpu.sh bert_schedule      # MiniLM at 75%, the presets' 3 stages x 2 epochs: EW, TW G=64/128, TEW
-#   bash bench/study_gpu.sh bert_finetune_lr   # MiniLM at 75%, EW and TW G=128 fine-tuned at 2e-5 and 1e-5 (not 5e-5)
+#   bash bench/study_gpu.sh bert_finetune_lr   # MiniLM at 75%, EW and TW G=128 fine-tuned at 1e-5 to 2e-4 (default 5e-5)
 # Environment: RUNS (default logs/gpu), EXTRA (overrides for every run), MODEL_DIR / TWEETS_CSV as for sweep_gpu.sh.
 set -euo pipefail
 study=${1:?usage: bash bench/study_gpu.sh vgg16_layer_floor|bert_layer_floor|bert_schedule|bert_finetune_lr}
@@ -31,7 +31,7 @@ case $study in
   bert_finetune_lr)
     use_workload bert
     points=()
-    for lr in 2e-5 1e-5; do
+    for lr in 1e-5 2e-5 1e-4 2e-4; do
       points+=("ew-75-lr$lr=experiment=paper/bert_ew model.optimizer.lr=$lr"
         "tw128-75-lr$lr=experiment=paper/bert_tw128 model.optimizer.lr=$lr")
     done

@@ -112,6 +112,9 @@ typename Sp24Kernel<Element>::Gemm::Arguments gemm_arguments(const Problem& p) {
   args.epilogue.thread.activation.code = static_cast<int>(p.activation);
   args.hw_info.device_id = p.device;
   args.hw_info.sm_count = p.num_sms;
+  // Walk output tiles in swizzled groups of 8 so concurrent CTAs share operand panels in L2: with the default
+  // (no swizzle) a wave of CTAs streams the whole weight from DRAM again for every pair of x panels.
+  args.scheduler.max_swizzle_size = 8;
   return args;
 }
 
