@@ -1,0 +1,86 @@
+"""bench/sweep_gpu.sh and bench/study_gpu.sh: the training commands they issue, checked with a stand-in `python`
+that records its arguments (the real runs need a GPU and take minutes)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Records each call's arguments, one line per call, and leaves what a finished run leaves behind.
+FAKE_PYTHON = """#!/usr/bin/env bash
+printf '%s\\n' "$*" >> "$CALLS"
+for arg in "$@"; do
+  case $arg in hydra.run.dir=*) dir=${arg#hydra.run.dir=}; mkdir -p "$dir/checkpoints"; echo '{}' > "$dir/summary.json";
+    touch "$dir/train.log";; esac
+done
+"""
+
+
+def run_script(tmp_path: Path, *args: str, **env: str) -> tuple[subprocess.CompletedProcess, list[str]]:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    fake = bin_dir / "python"
+    fake.write_text(FAKE_PYTHON)
+    fake.chmod(0o755)
+    calls = tmp_path / "calls.log"
+    full_env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "CALLS": str(calls),
+                "RUNS": str(tmp_path / "runs"), **env}  # fmt: skip
+    # The study writes its table under bench/results/: run from a copy of bench/ so the checkout stays clean.
+    work = tmp_path / "work"
+    (work / "bench").mkdir(parents=True, exist_ok=True)
+    for script in ("sweep_gpu.sh", "study_gpu.sh", "workloads.sh"):
+        (work / "bench" / script).write_text((ROOT / "bench" / script).read_text())
+    result = subprocess.run(["bash", *args], cwd=work, env=full_env, capture_output=True, text=True, check=False)
+    return result, calls.read_text().splitlines() if calls.exists() else []
+
+
+def trainings(calls: list[str]) -> list[str]:
+    return [call for call in calls if call.startswith("train.py")]
+
+
+def test_sweep_trains_the_dense_reference_then_prunes_from_it(tmp_path: Path) -> None:
+    result, calls = run_script(tmp_path, "bench/sweep_gpu.sh", "bert", TRAIN_ONLY="1", EXTRA="trainer.max_time=1")
+    assert result.returncode == 0, result.stderr
+    dense, sweep = trainings(calls), [c for c in calls if c.startswith("-m sparseprune.sweeps")]
+    assert len(dense) == 1 and "experiment=bert_tweets" in dense[0] and "schedule.stages=0" in dense[0]
+    assert "trainer.max_time=1" in dense[0]
+    assert len(sweep) == 1
+    args = sweep[0].split()
+    assert "conf/sweep/bert_patterns.yaml" in args and "trainer.max_time=1" in args
+    assert "schedule.stages=2" in args and "schedule.finetune_epochs=1" in args and "schedule.dense_epochs=0" in args
+    assert f"init_ckpt={tmp_path}/runs/bert_dense/checkpoints/last.ckpt" in args
+
+
+def test_sweep_reuses_a_finished_dense_reference(tmp_path: Path) -> None:
+    dense_dir = tmp_path / "runs" / "vgg16_dense"
+    dense_dir.mkdir(parents=True)
+    (dense_dir / "summary.json").write_text("{}")
+    result, calls = run_script(tmp_path, "bench/sweep_gpu.sh", "vgg16", TRAIN_ONLY="1")
+    assert result.returncode == 0, result.stderr
+    assert trainings(calls) == []
+
+
+def test_study_prunes_each_point_from_the_dense_model(tmp_path: Path) -> None:
+    result, calls = run_script(tmp_path, "bench/study_gpu.sh", "bert_layer_floor")
+    assert result.returncode == 0, result.stderr
+    dense, *points = trainings(calls)
+    assert "experiment=bert_tweets" in dense
+    floors = sorted(next(a for a in p.split() if a.startswith("callbacks.staged_pruning.max_layer_sparsity="))
+                    for p in points)  # fmt: skip
+    assert floors == [f"callbacks.staged_pruning.max_layer_sparsity={v}" for v in ("0.8", "0.9", "1.0")]
+    for point in points:
+        args = point.split()
+        assert "experiment=paper/bert_tw128" in args and "schedule.target=0.75" in args
+        assert f"init_ckpt={tmp_path}/runs/bert_dense/checkpoints/last.ckpt" in args
+    collect = next(c for c in calls if c.startswith("bench/collect_runs.py"))
+    assert "--out bench/results/bert_layer_floor" in collect and "tw128-75-floor-0.8=" in collect
+
+
+def test_unknown_names_are_refused(tmp_path: Path) -> None:
+    for script, name in (("bench/sweep_gpu.sh", "resnet"), ("bench/study_gpu.sh", "no_such_study")):
+        result, calls = run_script(tmp_path, script, name)
+        assert result.returncode == 2 and name in result.stderr
+        assert trainings(calls) == []
