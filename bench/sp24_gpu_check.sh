@@ -11,25 +11,7 @@ set -uo pipefail
 
 out=${1:?usage: bench/sp24_gpu_check.sh OUT_DIR [nm_bench args...]}
 shift
-mkdir -p "$out"
-export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda-13.0}
-export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0a}
-export MAX_JOBS=${MAX_JOBS:-16}
-status=0
-
-step() {  # step NAME LOG SECONDS COMMAND...: runs the command under a timeout, logs it, records a failure
-  local name=$1 log=$2 limit=$3
-  shift 3
-  echo "== $name: $*" | tee "$log"
-  timeout "$limit" "$@" >>"$log" 2>&1
-  local rc=$?
-  echo "== $name exit $rc" | tee -a "$log"
-  tail -n 15 "$log"
-  [ "$rc" -eq 0 ] || status=1
-  return "$rc"
-}
-
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv >"$out/device.txt" 2>&1
+source "$(dirname "$0")/gpu_check.sh"
 if ! python3 -c "import cutlass_library" 2>/dev/null; then
   python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/nvidia_cutlass*.whl >"$out/cutlass.log" 2>&1
   export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
@@ -47,7 +29,7 @@ step pytest "$out/pytest.log" 120 python -m pytest tests/test_sp24_kernel.py tes
   -q -p no:cacheprovider -rs
 step memcheck "$out/memcheck.log" 120 "$CUDA_HOME/bin/compute-sanitizer" --tool memcheck --error-exitcode 3 \
   python -m pytest tests/test_sp24_kernel.py -q -k test_each_call_once -p no:cacheprovider
-device=$(python -c "import re, torch; n = torch.cuda.get_device_name(); m = re.search(r'[A-Z]\d{2,3}', n); print((m.group(0) if m else 'gpu').lower())")
+device=$(device_tag)
 step bench "$out/bench.log" 150 python -m bench.nm_bench --patterns 2:4 --vectors 1 \
   --shapes bert_qkv bert_ffn_in bert_ffn_out decode_m1 decode_m16 cube_8192 --out "$out/sp24_$device" "$@"
 exit "$status"

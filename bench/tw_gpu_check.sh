@@ -9,33 +9,8 @@
 set -uo pipefail
 
 out=${1:-${OUT:?usage: bench/tw_gpu_check.sh OUT_DIR (or set OUT)}}
-mkdir -p "$out"
-export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda-13.0}
-export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0a}
-export MAX_JOBS=${MAX_JOBS:-16}
 deadline=$((SECONDS + 470))
-status=0
-
-step() {  # step NAME LOG LIMIT_S COMMAND...: runs the command under a timeout, logs it, records a failure
-  local name=$1 log=$2 limit=$3
-  shift 3
-  local left=$((deadline - SECONDS))
-  ((limit > left)) && limit=$left
-  if ((limit <= 0)); then
-    echo "== $name skipped: out of time" | tee "$log"
-    status=1
-    return 1
-  fi
-  echo "== $name (limit ${limit}s): $*" | tee "$log"
-  timeout -k 10 "$limit" "$@" >>"$log" 2>&1
-  local rc=$?
-  echo "== $name exit $rc$([ "$rc" -eq 124 ] && echo ' (timed out)')" | tee -a "$log"
-  tail -n 15 "$log"
-  [ "$rc" -eq 0 ] || status=1
-  return "$rc"
-}
-
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv >"$out/device.txt" 2>&1
+source "$(dirname "$0")/gpu_check.sh"
 step build "$out/build.log" 240 python setup.py build_ext --inplace || exit 1
 
 # setmaxnreg is dropped (warning C7508) when ptxas cannot pin the kernel's register count.
