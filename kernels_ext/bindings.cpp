@@ -293,7 +293,8 @@ std::tuple<at::Tensor, at::Tensor> sp24_compress(const at::Tensor& w) {
 
 // y = act(x @ W^T + bias) on Hopper sparse tensor cores, W compressed by sp24_compress: x (M, K) row-major, y (M, N).
 at::Tensor sp24_matmul(const at::Tensor& x, const at::Tensor& values, const at::Tensor& meta,
-                       const std::optional<at::Tensor>& bias, int64_t K, int64_t N, int64_t activation) {
+                       const std::optional<at::Tensor>& bias, int64_t K, int64_t N, int64_t activation,
+                       int64_t tile) {
   check_activations(x);
   const at::Device device = x.device();
   const auto dtype = x.scalar_type();
@@ -303,6 +304,8 @@ at::Tensor sp24_matmul(const at::Tensor& x, const at::Tensor& values, const at::
   TORCH_CHECK(M < (int64_t{1} << 31), "2:4 GEMM needs fewer than 2^31 rows of x, got ", num(M));
   TORCH_CHECK(aligned16(x.data_ptr()), "x must be 16-byte aligned");
   check_activation_code(activation);
+  TORCH_CHECK(tile >= static_cast<int64_t>(sp24::Tile::kAuto) && tile <= static_cast<int64_t>(sp24::Tile::kTall),
+              "tile code must be 0 (auto), 1 (wide) or 2 (tall), got ", num(tile));
   const sp24::CompressedSizes sizes = sp24::compressed_sizes(N, K);
   check_cuda_tensor(values, "values", device);
   TORCH_CHECK(values.scalar_type() == dtype, "values are ", values.scalar_type(), " but x is ", dtype);
@@ -331,6 +334,7 @@ at::Tensor sp24_matmul(const at::Tensor& x, const at::Tensor& values, const at::
   p.y = y.data_ptr();
   p.activation = static_cast<sp24::Activation>(activation);
   p.dtype = dtype == at::kHalf ? sp24::DType::kHalf : sp24::DType::kBFloat16;
+  p.tile = static_cast<sp24::Tile>(tile);
   p.device = device.index();
   p.num_sms = sm_count(device.index());
   p.stream = c10::cuda::getCurrentCUDAStream(device.index()).stream();
@@ -365,6 +369,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         pybind11::arg("w"));
   m.def("sp24_matmul", &sp24_matmul, "2:4 GEMM on Hopper sparse tensor cores: act(x @ W^T + bias)", pybind11::arg("x"),
         pybind11::arg("values"), pybind11::arg("meta"), pybind11::arg("bias"), pybind11::arg("K"), pybind11::arg("N"),
-        pybind11::arg("activation"));
+        pybind11::arg("activation"), pybind11::arg("tile") = 0);
 #endif
 }

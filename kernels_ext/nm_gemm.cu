@@ -52,9 +52,11 @@ __device__ __forceinline__ void store_output(const Problem& p, int64_t row, int6
   static_cast<T*>(p.y)[row * p.ldy + col] = from_float<T>(activate(v, p.activation));
 }
 
-// The 8 in-group positions of columns n0..n0+7 in values row `row`, one byte each (unmasked).
+// The 8 in-group positions of columns n0..n0+7 in values row `row`, one byte each (unmasked). Element-wise
+// packings (vector 1) hold them as one 8-byte word; vector-wise ones repeat each list over `vector` columns.
+template <bool ElementWise>
 __device__ __forceinline__ uint2 load_positions(const PackedNMView& w, int64_t row, int64_t n0) {
-  if (w.vector == 1) return __ldg(reinterpret_cast<const uint2*>(w.idx + row * w.N + n0));
+  if constexpr (ElementWise) return __ldg(reinterpret_cast<const uint2*>(w.idx + row * w.N + n0));
   const uint8_t* r = w.idx + row * (w.N / w.vector);
   uint32_t word[2] = {0u, 0u};
 #pragma unroll
@@ -64,9 +66,42 @@ __device__ __forceinline__ uint2 load_positions(const PackedNMView& w, int64_t r
   return make_uint2(word[0], word[1]);
 }
 
+// kUnroll values rows of one lane (16-byte value vectors and their 8 in-group positions), loaded together so
+// their DRAM latencies overlap.
+struct RowBatch {
+  uint4 values[kUnroll];
+  uint2 positions[kUnroll];
+};
+
+// Loads rows r, r + kRowSlots, ... (kUnroll of them, those below r_end) for the lane's 8 columns from n0.
+template <typename T, bool ElementWise>
+__device__ __forceinline__ void load_rows(RowBatch& batch, const PackedNMView& w, int64_t r, int64_t r_end,
+                                          int64_t n0) {
+  const T* vals = static_cast<const T*>(w.values);
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    const int64_t row = r + u * kRowSlots;
+    batch.values[u] = make_uint4(0u, 0u, 0u, 0u);
+    batch.positions[u] = make_uint2(0u, 0u);
+    if (row < r_end) {
+      batch.values[u] = __ldg(reinterpret_cast<const uint4*>(vals + row * w.N + n0));
+      batch.positions[u] = load_positions<ElementWise>(w, row, n0);
+    }
+  }
+}
+
 // SpMV: CTA = (32 columns, range of groups). Warp lanes: 4 along N (8 columns each) x 8 consecutive values rows.
-template <typename T, int MaxM>
-__global__ void __launch_bounds__(kThreads) nm_gemv_kernel(PackedNMView w, Problem p, int64_t groups_per_split) {
+// Each chunk's first rows are requested before x is staged, so the staging hides under their DRAM latency (on
+// an H100 this took the 4096 x 11008 decode GEMV from 21 to 16 us).
+// CTAs per SM the register budget must allow: at M = 1 the decode GEMV launches ~2.6 CTAs per SM on an H100, and
+// uncapped (94 registers) only 2 fit, so the last ones ran as a second wave. Three fit the element-wise kernel
+// without spills; the vector-wise one's position gathers need more registers.
+constexpr int gemv_min_blocks(int max_m, bool element_wise) {
+  return max_m <= 2 && element_wise ? 3 : (max_m <= 4 ? 2 : 1);
+}
+
+template <typename T, int MaxM, bool ElementWise>
+__global__ void __launch_bounds__(kThreads, gemv_min_blocks(MaxM, ElementWise)) nm_gemv_kernel(PackedNMView w, Problem p, int64_t groups_per_split) {
   constexpr int kChunkK = kStageFloats / MaxM;
   __shared__ float s_x[kStageFloats];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -79,7 +114,6 @@ __global__ void __launch_bounds__(kThreads) nm_gemv_kernel(PackedNMView w, Probl
   const int64_t g_end = min(groups, g_begin + groups_per_split);
   const int64_t chunk_groups = kChunkK / m;
   const T* x = static_cast<const T*>(p.x);
-  const T* vals = static_cast<const T*>(w.values);
 
   float acc[MaxM][kColsPerLane];
 #pragma unroll
@@ -90,7 +124,10 @@ __global__ void __launch_bounds__(kThreads) nm_gemv_kernel(PackedNMView w, Probl
   for (int64_t g0 = g_begin; g0 < g_end; g0 += chunk_groups) {
     const int64_t g1 = min(g_end, g0 + chunk_groups);
     const int len = static_cast<int>((g1 - g0) * m);
-    const int64_t k0 = g0 * m;
+    const int64_t k0 = g0 * m, r_end = g1 * kept;
+    int64_t r = g0 * kept + slot;
+    RowBatch batch;
+    if (col_ok) load_rows<T, ElementWise>(batch, w, r, r_end, n0);
     __syncthreads();  // the previous chunk is fully read
     for (int i = tid; i < M * len; i += kThreads) {
       const int row = i / len, kk = i - row * len;
@@ -98,27 +135,14 @@ __global__ void __launch_bounds__(kThreads) nm_gemv_kernel(PackedNMView w, Probl
     }
     __syncthreads();
     if (!col_ok) continue;
-    const int64_t r_end = g1 * kept;
-    for (int64_t r = g0 * kept + slot; r < r_end; r += kRowSlots * kUnroll) {
-      uint4 v[kUnroll];
-      uint2 pos[kUnroll];
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int64_t row = r + u * kRowSlots;
-        v[u] = make_uint4(0u, 0u, 0u, 0u);
-        pos[u] = make_uint2(0u, 0u);
-        if (row < r_end) {
-          v[u] = __ldg(reinterpret_cast<const uint4*>(vals + row * w.N + n0));
-          pos[u] = load_positions(w, row, n0);
-        }
-      }
+    for (; r < r_end; r += kRowSlots * kUnroll) {
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const int64_t row = r + u * kRowSlots;
         if (row >= r_end) break;
         const int base = static_cast<int>((row / kept - g0) * m);
-        const T* wv = reinterpret_cast<const T*>(&v[u]);
-        const uint8_t* pb = reinterpret_cast<const uint8_t*>(&pos[u]);
+        const T* wv = reinterpret_cast<const T*>(&batch.values[u]);
+        const uint8_t* pb = reinterpret_cast<const uint8_t*>(&batch.positions[u]);
 #pragma unroll
         for (int e = 0; e < kColsPerLane; ++e) {
           const float we = to_float(wv[e]);
@@ -130,6 +154,7 @@ __global__ void __launch_bounds__(kThreads) nm_gemv_kernel(PackedNMView w, Probl
           }
         }
       }
+      if (r + kRowSlots * kUnroll < r_end) load_rows<T, ElementWise>(batch, w, r + kRowSlots * kUnroll, r_end, n0);
     }
   }
 
@@ -243,7 +268,11 @@ const char* run_gemv(const PackedNMView& w, const Problem& p, int splits) {
   const int64_t groups = w.K / w.m;
   const int64_t groups_per_split = std::max<int64_t>(1, cdiv(groups, splits));
   const dim3 grid(static_cast<unsigned>(cdiv(w.N, kGemvBN)), static_cast<unsigned>(splits));
-  nm_gemv_kernel<T, MaxM><<<grid, kThreads, 0, p.stream>>>(w, p, groups_per_split);
+  if (w.vector == 1) {
+    nm_gemv_kernel<T, MaxM, true><<<grid, kThreads, 0, p.stream>>>(w, p, groups_per_split);
+  } else {
+    nm_gemv_kernel<T, MaxM, false><<<grid, kThreads, 0, p.stream>>>(w, p, groups_per_split);
+  }
   const char* err = check_launch();
   if (err != nullptr || splits == 1) return err;
   const int64_t blocks = std::min<int64_t>(cdiv(p.M * w.N, kThreads), 8LL * p.num_sms);

@@ -20,6 +20,10 @@ using tw::DType;
 constexpr int kKAlign = 16;  // K multiple: the compressed rows (K/2 elements) must be 16-byte aligned for TMA
 constexpr int kNAlign = 8;   // N multiple: 16-byte aligned columns of the column-major output
 
+// CTA tile of the GEMM (N out x rows of x): wide 128 x 256, tall 256 x 128; auto picks by shape.
+enum class Tile : int { kAuto = 0, kWide = 1, kTall = 2 };
+constexpr int64_t kTallMaxN = 512;  // auto takes the tall tile up to this many output features
+
 // Sizes of the compressed form of an N x K weight: values [N, values_cols] in the weight's dtype, and the CUTLASS
 // metadata (padded to its 64 x 128 atoms) as raw bytes.
 struct CompressedSizes {
@@ -50,10 +54,14 @@ struct Problem {
   Activation activation;
   DType dtype;
   void* workspace;  // workspace_bytes() bytes, or nullptr when that is 0
+  Tile tile;
   int device;
   int num_sms;
   cudaStream_t stream;
 };
+
+// The tile this call runs: p.tile, or the shape's choice when that is kAuto.
+Tile resolve_tile(const Problem& p);
 
 // Bytes of scratch the GEMM needs for this call (0: none).
 int64_t workspace_bytes(const Problem& p);

@@ -17,7 +17,7 @@ from sparseprune.errors import UserError
 from sparseprune.export.formats import nm, sp24
 from sparseprune.export.formats.extension import load_kernels
 from sparseprune.export.formats.nm import PackedNM, auto_route, nm_matmul, pack_nm, sp24_view
-from sparseprune.export.formats.sp24 import check_24, compress_24, shape_unsupported
+from sparseprune.export.formats.sp24 import CompressedSP24, check_24, compress_24, shape_unsupported
 
 
 def _sp24_missing() -> str | None:
@@ -73,6 +73,12 @@ def test_compress_refuses_bad_input_before_any_launch() -> None:
         compress_24(torch.zeros(24, 64, dtype=torch.float16))
     with pytest.raises(UserError, match="cannot compress for the 2:4 kernel"):
         compress_24(torch.zeros(64, 64, dtype=torch.float16))  # CPU tensor (or no kernel in this build)
+
+
+def test_unknown_tile_is_refused_before_any_launch() -> None:
+    weight = CompressedSP24(torch.zeros(8, 32), torch.zeros(16, dtype=torch.uint8), (64, 8))
+    with pytest.raises(UserError, match="tile must be one of"):
+        weight.matmul(torch.zeros(4, 64), tile="square")
 
 
 def test_forced_route_explains_why_it_cannot_run() -> None:
@@ -147,6 +153,24 @@ def test_matches_fp32_reference(dtype: torch.dtype, vector: int) -> None:
 
 
 @requires_sp24
+@pytest.mark.parametrize("tile", ["wide", "tall"])
+def test_each_tile_matches_fp32_reference(tile: str) -> None:
+    """Both CTA tiles read the one compressed weight, whichever the shape rule would pick."""
+    activations = itertools.cycle([None, "relu", "gelu"])
+    for i, (rows, k, n) in enumerate(SHAPES):
+        dtype = (torch.float16, torch.bfloat16)[i % 2]
+        packed, b = _packed(k, n, seed=10 + i, dtype=dtype)
+        weight = sp24_view(packed.to("cuda", dtype))
+        gen = torch.Generator(device="cuda").manual_seed(i)
+        x = torch.randn(rows, k, generator=gen, device="cuda").to(dtype)
+        bias = torch.randn(n, generator=gen, device="cuda").to(dtype)
+        act = next(activations)
+        y = weight.matmul(x, bias, act, tile=tile)
+        err = rel_err(y, dense_reference(x, b.cuda(), bias, act, dtype=torch.float32))
+        assert err <= KERNEL_TOLERANCE[dtype], f"{tile} M={rows} K={k} N={n} {act}: {err:.2e}"
+
+
+@requires_sp24
 def test_auto_route_takes_the_kernel_past_the_spmv_range() -> None:
     packed, _ = _packed(256, 128)
     packed = packed.to("cuda", torch.float16)
@@ -201,8 +225,10 @@ def test_binding_rejects_bad_input() -> None:
     weight = sp24_view(packed.to("cuda", torch.float16))
     x = torch.randn(20, 64, device="cuda", dtype=torch.float16)
 
-    def call(x: torch.Tensor = x, values: torch.Tensor = weight.values, k: int = 64, n: int = 32) -> None:
-        kernels.sp24_matmul(x, values, weight.meta, None, k, n, 0)
+    def call(
+        x: torch.Tensor = x, values: torch.Tensor = weight.values, k: int = 64, n: int = 32, tile: int = 0
+    ) -> None:
+        kernels.sp24_matmul(x, values, weight.meta, None, k, n, 0, tile)
 
     with pytest.raises(RuntimeError, match="values are"):
         call(x=x.to(torch.bfloat16))
@@ -212,5 +238,7 @@ def test_binding_rejects_bad_input() -> None:
         call(values=weight.values[:16].contiguous())
     with pytest.raises(RuntimeError, match="16-byte aligned"):
         call(x=torch.randn(20 * 64 + 1, device="cuda", dtype=torch.float16)[1:].view(20, 64))
+    with pytest.raises(RuntimeError, match="tile code"):
+        call(tile=3)
     with pytest.raises(RuntimeError, match="not 2:4"):
         kernels.sp24_compress(torch.ones(32, 64, device="cuda", dtype=torch.float16))

@@ -19,6 +19,7 @@ from sparseprune.export.formats.tw import ACTIVATIONS, KERNEL_DTYPES
 K_ALIGN = 16  # must match kKAlign in kernels_ext/sp24_gemm.h (compressed rows of K/2 values, 16-byte aligned)
 N_ALIGN = 8  # must match kNAlign (16-byte aligned output columns)
 HOPPER = (9, 0)  # the sm_90a sparse wgmma runs on exactly this compute capability
+TILES = {"auto": 0, "wide": 1, "tall": 2}  # CTA tile codes of kernels_ext/sp24_gemm.h (auto picks by shape)
 
 
 @dataclass(frozen=True)
@@ -29,13 +30,21 @@ class CompressedSP24:
     meta: torch.Tensor
     shape: tuple[int, int]
 
-    def matmul(self, x: torch.Tensor, bias: torch.Tensor | None = None, activation: str | None = None) -> torch.Tensor:
-        """y = act(x @ B + bias) for x (M, K); the caller has checked the route with sp24_unavailable()."""
+    def matmul(
+        self, x: torch.Tensor, bias: torch.Tensor | None = None, activation: str | None = None, tile: str = "auto"
+    ) -> torch.Tensor:
+        """y = act(x @ B + bias) for x (M, K); the caller has checked the route with device_unavailable().
+
+        `tile` forces the GEMM's CTA tile ("wide" 128 features x 256 rows, "tall" 256 x 128) so benchmarks can
+        compare them; "auto" takes the one measured faster for the shape.
+        """
+        if tile not in TILES:
+            raise UserError(f"tile must be one of {tuple(TILES)}, got {tile!r}")
         k, n = self.shape
         if bias is not None:
             bias = _aligned(bias.to(x.dtype).contiguous())
         return load_kernels().sp24_matmul(
-            _aligned(x.contiguous()), self.values, self.meta, bias, k, n, ACTIVATIONS[activation]
+            _aligned(x.contiguous()), self.values, self.meta, bias, k, n, ACTIVATIONS[activation], TILES[tile]
         )
 
 

@@ -1,0 +1,167 @@
+// The CUTLASS 3.x sm90 2:4 GEMM as a template over its CTA tile, shared by the one-tile-per-file sources
+// (sp24_gemm_wide.cu, sp24_gemm_tall.cu) so each instantiation compiles in its own translation unit, in parallel.
+//
+// One kernel per (dtype, tile): the bias is always wired in (a null pointer reads as zero) and the activation is
+// chosen per call in the epilogue, instead of one template instantiation per (bias, activation).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "cute/tensor.hpp"
+#include "cutlass/cutlass.h"
+#include "cutlass/epilogue/collective/collective_builder.hpp"
+#include "cutlass/epilogue/thread/activation.h"
+#include "cutlass/gemm/collective/collective_builder.hpp"
+#include "cutlass/gemm/device/gemm_universal_adapter.h"
+#include "cutlass/gemm/kernel/gemm_universal.hpp"
+#include "cutlass/util/packed_stride.hpp"
+#include "sp24_gemm.h"
+
+namespace sparseprune {
+namespace sp24 {
+
+// The fused activation as a per-call argument (code: 0 none, 1 relu, 2 erf-GELU, as tw::Activation). The
+// epilogue instantiates it for scalars (to find Arguments) and for fragments (to compute).
+template <class T>
+struct SelectedActivation {
+  static constexpr bool kIsHeavy = true;
+  struct Arguments {
+    int code = 0;
+  };
+
+  CUTLASS_HOST_DEVICE T operator()(T const& v, Arguments const& args) const {
+    if (args.code == static_cast<int>(Activation::kRelu)) return cutlass::epilogue::thread::ReLu<T>{}(v);
+    if (args.code == static_cast<int>(Activation::kGelu)) return cutlass::epilogue::thread::GELU<T>{}(v);
+    return v;
+  }
+};
+
+template <class T, int N>
+struct SelectedActivation<cutlass::Array<T, N>> {
+  static constexpr bool kIsHeavy = true;
+  using Arguments = typename SelectedActivation<T>::Arguments;
+
+  CUTLASS_HOST_DEVICE cutlass::Array<T, N> operator()(cutlass::Array<T, N> const& v, Arguments const& args) const {
+    cutlass::Array<T, N> out;
+    SelectedActivation<T> op;
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < N; ++i) out[i] = op(v[i], args);
+    return out;
+  }
+};
+
+using ProblemShape = cute::Shape<int, int, int, int>;  // (GEMM M = N out, GEMM N = rows of x, K, batch)
+
+// CTA tiles (N out x rows of x x logical K), all with a 2 x 1 cluster: the two CTAs of a cluster hold different
+// weight rows and share one panel of x, which TMA multicasts. Both keep K = 128 (64 stored values per row), so the
+// compressed weight and its metadata are laid out the same for every tile and one compression serves them all.
+struct WideTile {  // most shapes: the larger x panel per weight tile halves the weight traffic per output
+  using Cta = cute::Shape<cute::_128, cute::_256, cute::_128>;
+};
+struct TallTile {  // few output features and long K (VGG16 conv4 in im2col form): more weight rows per x panel
+  using Cta = cute::Shape<cute::_256, cute::_128, cute::_128>;
+};
+
+template <class Element, class Tile>
+struct Sp24Kernel {
+  using TileShape = typename Tile::Cta;
+  using ClusterShape = cute::Shape<cute::_2, cute::_1, cute::_1>;
+  static constexpr int kAlign = 128 / cutlass::sizeof_bits<Element>::value;
+
+  using Fusion = cutlass::epilogue::fusion::LinCombPerRowBiasEltAct<SelectedActivation, Element, float, Element>;
+  using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassSparseTensorOp, TileShape, ClusterShape,
+      cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, cutlass::layout::ColumnMajor, kAlign,
+      Element, cutlass::layout::ColumnMajor, kAlign, cutlass::epilogue::TmaWarpSpecializedCooperative,
+      Fusion>::CollectiveOp;
+  using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassSparseTensorOp, Element, cutlass::layout::RowMajor, kAlign, Element,
+      cutlass::layout::ColumnMajor, kAlign, float, TileShape, ClusterShape,
+      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
+      cutlass::gemm::KernelTmaWarpSpecializedCooperative>::CollectiveOp;
+  using Kernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, Mainloop, Epilogue>;
+  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+  using SparseConfig = typename Mainloop::SparseConfig;
+};
+
+template <class Element, class Tile>
+typename Sp24Kernel<Element, Tile>::Gemm::Arguments gemm_arguments(const Problem& p) {
+  using Cfg = Sp24Kernel<Element, Tile>;
+  using Gemm = typename Cfg::Gemm;
+  const int n = static_cast<int>(p.N), m = static_cast<int>(p.M), k = static_cast<int>(p.K);
+  const ProblemShape shape{n, m, k, 1};
+  // x is the K-major operand B (GEMM N = rows of x); y is the column-major D, so its columns are rows of y.
+  using StrideX = typename Gemm::GemmKernel::StrideB;
+  using StrideY = typename Gemm::GemmKernel::StrideD;
+  const auto stride_x = cutlass::make_cute_packed_stride(StrideX{}, cute::make_shape(m, k, 1));
+  const auto stride_y = cutlass::make_cute_packed_stride(StrideY{}, cute::make_shape(n, m, 1));
+  typename Gemm::Arguments args{
+      cutlass::gemm::GemmUniversalMode::kGemm,
+      shape,
+      {static_cast<const Element*>(p.values), Cfg::SparseConfig::fill_layoutA(shape), static_cast<const Element*>(p.x),
+       stride_x, static_cast<const typename Cfg::Mainloop::ElementE*>(p.meta), Cfg::SparseConfig::fill_layoutE(shape)},
+      {{}, nullptr, stride_y, static_cast<Element*>(p.y), stride_y},
+  };
+  args.epilogue.thread.bias_ptr = static_cast<const Element*>(p.bias);
+  args.epilogue.thread.activation.code = static_cast<int>(p.activation);
+  args.hw_info.device_id = p.device;
+  args.hw_info.sm_count = p.num_sms;
+  // Walk output tiles in swizzled pairs so concurrent CTAs share operand panels in L2: with no swizzle a wave of
+  // CTAs streamed the whole weight from DRAM again for every pair of x panels (ncu: 84% of DRAM bandwidth at 8192^3).
+  args.scheduler.max_swizzle_size = 2;
+  return args;
+}
+
+template <class Element, class Tile>
+int64_t gemm_workspace_bytes(const Problem& p) {
+  return static_cast<int64_t>(Sp24Kernel<Element, Tile>::Gemm::get_workspace_size(gemm_arguments<Element, Tile>(p)));
+}
+
+template <class Element, class Tile>
+const char* run_gemm(const Problem& p) {
+  using Gemm = typename Sp24Kernel<Element, Tile>::Gemm;
+  const auto args = gemm_arguments<Element, Tile>(p);
+  Gemm gemm;
+  cutlass::Status status = gemm.can_implement(args);
+  if (status != cutlass::Status::kSuccess) return "the 2:4 GEMM cannot run this problem (CUTLASS can_implement)";
+  status = gemm.initialize(args, p.workspace, p.stream);
+  if (status != cutlass::Status::kSuccess) return cutlass::cutlassGetStatusString(status);
+  status = gemm.run(p.stream);
+  if (status != cutlass::Status::kSuccess) return cutlass::cutlassGetStatusString(status);
+  const cudaError_t err = cudaGetLastError();
+  return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
+}
+
+// Each tile's source file defines its entry points: the GEMM and its scratch size, for either dtype.
+const char* run_wide_tile(const Problem& p);
+int64_t wide_tile_workspace_bytes(const Problem& p);
+int wide_tile_binary_version();
+const char* run_tall_tile(const Problem& p);
+int64_t tall_tile_workspace_bytes(const Problem& p);
+int tall_tile_binary_version();
+
+// The architecture (e.g. 90) of the fp16 kernel's machine code that the current device would run, or -1 when none.
+template <class Tile>
+int binary_version() {
+  cudaFuncAttributes attr{};
+  if (cudaFuncGetAttributes(&attr, cutlass::device_kernel<typename Sp24Kernel<cutlass::half_t, Tile>::Kernel>) !=
+      cudaSuccess) {
+    cudaGetLastError();
+    return -1;
+  }
+  return attr.binaryVersion;
+}
+
+#define SPARSEPRUNE_SP24_TILE(NAME, TILE)                                                                     \
+  const char* run_##NAME##_tile(const Problem& p) {                                                           \
+    return p.dtype == DType::kHalf ? run_gemm<cutlass::half_t, TILE>(p) : run_gemm<cutlass::bfloat16_t, TILE>(p); \
+  }                                                                                                           \
+  int64_t NAME##_tile_workspace_bytes(const Problem& p) {                                                     \
+    return p.dtype == DType::kHalf ? gemm_workspace_bytes<cutlass::half_t, TILE>(p)                           \
+                                   : gemm_workspace_bytes<cutlass::bfloat16_t, TILE>(p);                      \
+  }                                                                                                           \
+  int NAME##_tile_binary_version() { return binary_version<TILE>(); }
+
+}  // namespace sp24
+}  // namespace sparseprune
