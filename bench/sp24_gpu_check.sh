@@ -2,7 +2,7 @@
 # 2:4 Hopper sparse-tensor-core kernel on a GPU machine, from the repository root: build the extension in place with
 # the CUTLASS headers (from the nvidia-cutlass wheel in .whl/ when cutlass_library is not importable), run the sp24
 # tests, compute-sanitizer memcheck on one small compression and GEMM per dtype, then the 2:4 rows of nm_bench
-# (BERT shapes, 8192^3, M = 1 and 16 decode rows). Every step runs under a timeout (11 min in all at worst; about
+# (BERT shapes, VGG16 conv4, 8192^3, M = 1 and 16 decode rows). Every step runs under a timeout (11 min in all at worst; about
 # 4-5 min expected, most of it the one-file CUTLASS compile).
 # Usage: bash bench/sp24_gpu_check.sh OUT_DIR [nm_bench args...]
 # Writes OUT_DIR/device.txt, OUT_DIR/{build,ready,pytest,memcheck,bench}.log and OUT_DIR/sp24_<device>.{json,md};
@@ -31,5 +31,5 @@ step memcheck "$out/memcheck.log" 120 "$CUDA_HOME/bin/compute-sanitizer" --tool 
   python -m pytest tests/test_sp24_kernel.py -q -k test_each_call_once -p no:cacheprovider
 device=$(device_tag)
 step bench "$out/bench.log" 150 python -m bench.nm_bench --patterns 2:4 --vectors 1 \
-  --shapes bert_qkv bert_ffn_in bert_ffn_out decode_m1 decode_m16 cube_8192 --out "$out/sp24_$device" "$@"
+  --shapes bert_qkv bert_ffn_in bert_ffn_out vgg_conv4 decode_m1 decode_m16 cube_8192 --out "$out/sp24_$device" "$@"
 exit "$status"
