@@ -91,8 +91,7 @@ __device__ __forceinline__ void load_rows(RowBatch& batch, const PackedNMView& w
 }
 
 // SpMV: CTA = (32 columns, range of groups). Warp lanes: 4 along N (8 columns each) x 8 consecutive values rows.
-// Each chunk's first rows are requested before x is staged, so the staging hides under their DRAM latency (on
-// an H100 this took the 4096 x 11008 decode GEMV from 21 to 16 us).
+// Each chunk's first rows are requested before x is staged, so the staging hides under their DRAM latency.
 // CTAs per SM the register budget must allow: at M = 1 the decode GEMV launches ~2.6 CTAs per SM on an H100, and
 // uncapped (94 registers) only 2 fit, so the last ones ran as a second wave. Three fit the element-wise kernel
 // without spills; the vector-wise one's position gathers need more registers.

@@ -22,7 +22,7 @@ constexpr int kNAlign = 8;   // N multiple: 16-byte aligned columns of the colum
 
 // CTA tile of the GEMM (N out x rows of x): wide 128 x 256, tall 256 x 128; auto picks by shape.
 enum class Tile : int { kAuto = 0, kWide = 1, kTall = 2 };
-constexpr int64_t kTallMaxN = 512;  // auto takes the tall tile up to this many output features
+constexpr int64_t kTallMinN = 4096;  // auto takes the tall tile from this many output features on
 
 // Sizes of the compressed form of an N x K weight: values [N, values_cols] in the weight's dtype, and the CUTLASS
 // metadata (padded to its 64 x 128 atoms) as raw bytes.

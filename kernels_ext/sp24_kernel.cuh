@@ -22,7 +22,9 @@ namespace sparseprune {
 namespace sp24 {
 
 // The fused activation as a per-call argument (code: 0 none, 1 relu, 2 erf-GELU, as tw::Activation). The
-// epilogue instantiates it for scalars (to find Arguments) and for fragments (to compute).
+// epilogue instantiates it for scalars (to find Arguments) and for fragments (to compute). The fragment version
+// branches once per fragment, on a value uniform over the launch: branching per element let the compiler turn the
+// choice into selects that evaluate GELU's erf for every output, whatever the code.
 template <class T>
 struct SelectedActivation {
   static constexpr bool kIsHeavy = true;
@@ -43,11 +45,13 @@ struct SelectedActivation<cutlass::Array<T, N>> {
   using Arguments = typename SelectedActivation<T>::Arguments;
 
   CUTLASS_HOST_DEVICE cutlass::Array<T, N> operator()(cutlass::Array<T, N> const& v, Arguments const& args) const {
-    cutlass::Array<T, N> out;
-    SelectedActivation<T> op;
-    CUTLASS_PRAGMA_UNROLL
-    for (int i = 0; i < N; ++i) out[i] = op(v[i], args);
-    return out;
+    if (args.code == static_cast<int>(Activation::kRelu)) {
+      return cutlass::epilogue::thread::ReLu<cutlass::Array<T, N>>{}(v);
+    }
+    if (args.code == static_cast<int>(Activation::kGelu)) {
+      return cutlass::epilogue::thread::GELU<cutlass::Array<T, N>>{}(v);
+    }
+    return v;
   }
 };
 
@@ -56,10 +60,10 @@ using ProblemShape = cute::Shape<int, int, int, int>;  // (GEMM M = N out, GEMM 
 // CTA tiles (N out x rows of x x logical K), all with a 2 x 1 cluster: the two CTAs of a cluster hold different
 // weight rows and share one panel of x, which TMA multicasts. Both keep K = 128 (64 stored values per row), so the
 // compressed weight and its metadata are laid out the same for every tile and one compression serves them all.
-struct WideTile {  // most shapes: the larger x panel per weight tile halves the weight traffic per output
+struct WideTile {  // most layers: 128 output features by 256 rows of x
   using Cta = cute::Shape<cute::_128, cute::_256, cute::_128>;
 };
-struct TallTile {  // few output features and long K (VGG16 conv4 in im2col form): more weight rows per x panel
+struct TallTile {  // layers with thousands of output features: 256 features by 128 rows of x
   using Cta = cute::Shape<cute::_256, cute::_128, cute::_128>;
 };
 
