@@ -60,8 +60,8 @@ const char* run_compress(const void* w, int64_t N, int64_t K, void* values, void
 
 Tile resolve_tile(const Problem& p) {
   if (p.tile != Tile::kAuto) return p.tile;
-  // Measured on an H100 (bench/results/sp24_h100.md): the tall tile wins on wide layers (8192^3: 1.56x against the
-  // wide tile's 1.35x over cuBLAS) and loses badly on narrow ones (VGG16 conv4, 512 features: 0.6x against 1.09x).
+  // Measured on an H100 (bench/results/sp24_h100.md): the tall tile wins on wide layers (8192^3: 1.37x against the
+  // wide tile's 1.17x over cuBLAS) and loses badly on narrow ones (VGG16 conv4, 512 features: 0.57x against 0.96x).
   return p.N >= kTallMinN ? Tile::kTall : Tile::kWide;
 }
 

@@ -90,8 +90,11 @@ def test_forced_route_explains_why_it_cannot_run() -> None:
 @pytest.mark.parametrize(
     ("rows", "k", "kept", "m", "vector", "route"),
     [
-        (17, 64, 2, 4, 1, "sp24"),  # just past the SpMV range
-        (16, 64, 2, 4, 1, "simt"),  # decode sizes keep the memory-bound SpMV
+        (17, 64, 2, 4, 1, "sp24"),
+        (16, 64, 2, 4, 1, "sp24"),  # past one row the sparse tensor cores beat the SpMV
+        (1, 64, 2, 4, 1, "simt"),  # a single row keeps the memory-bound SpMV
+        (16, 64, 2, 8, 1, "simt"),  # other patterns keep it up to 16 rows
+        (16, 64, 2, 8, 16, "simt"),
         (4096, 64, 2, 4, 128, "sp24"),  # vector-wise 2:4 is 2:4 too, and beats the TW repack
         (4096, 40, 2, 4, 1, "simt"),  # K = 40 is no multiple of 16
         (4096, 64, 1, 4, 1, "simt"),  # 1:4 is not the hardware pattern
@@ -171,11 +174,11 @@ def test_each_tile_matches_fp32_reference(tile: str) -> None:
 
 
 @requires_sp24
-def test_auto_route_takes_the_kernel_past_the_spmv_range() -> None:
+def test_auto_route_takes_the_kernel_past_one_row() -> None:
     packed, _ = _packed(256, 128)
     packed = packed.to("cuda", torch.float16)
     assert auto_route(torch.empty(17, 256, device="cuda", dtype=torch.float16), packed) == "sp24"
-    assert auto_route(torch.empty(16, 256, device="cuda", dtype=torch.float16), packed) == "simt"
+    assert auto_route(torch.empty(1, 256, device="cuda", dtype=torch.float16), packed) == "simt"
 
 
 @requires_sp24

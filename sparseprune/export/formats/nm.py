@@ -227,11 +227,11 @@ def auto_route(x: torch.Tensor, packed: PackedNM) -> str:
     """The route "auto" takes for these rows of x: "sp24", "tw", "simt" or "reference"."""
     if route_unavailable(x, packed, "simt") is not None:
         return "reference"
-    if x.shape[0] > SMALL_M:
-        for route in ("sp24", "tw"):
-            if route_unavailable(x, packed, route) is None:
-                return route
-    return "simt"
+    # The sparse tensor cores read the 2:4 weight in about the time the SpMV does at M = 1 and stay flat with M,
+    # while the SpMV's cost grows with every row (H100, 4096 x 11008: 0.92x against 1.0x dense at M = 1, 1.03x
+    # against 0.09x at M = 16; bench/results/sp24_h100.md).
+    routes = ("sp24", "tw") if x.shape[0] > SMALL_M else ("sp24",) if x.shape[0] > 1 else ()
+    return next((route for route in routes if route_unavailable(x, packed, route) is None), "simt")
 
 
 def tw_granularity(vector: int) -> int:
