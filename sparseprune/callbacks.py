@@ -112,6 +112,8 @@ class StagedPruning(L.Callback):
             self._prune_stage(trainer, pl_module, stage)
 
     def _prune_stage(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: int) -> None:
+        if self.completed_stage < 0:  # still dense; a resumed run that pruned before restores completed_stage
+            pl_module.on_pruning_start()
         target = self.schedule.stage_targets[stage]
         scores = self._scores(trainer, pl_module)
         self.codes = self.pattern.keep_codes(scores, target, self.scope, self.schedule.target)

@@ -90,6 +90,13 @@ def test_stages_reach_targets_and_masks_hold_every_step(tmp_path: Path) -> None:
     assert (tmp_path / "plots" / "layer_sparsity_stage1.png").is_file()
 
 
+def test_pruning_start_hook_runs_once_before_the_first_masks(tmp_path: Path) -> None:
+    pruner, task, seen = pruning(), TinyTask(), []
+    task.on_pruning_start = lambda: seen.append((pruner.completed_stage, dict(pruner.codes)))
+    trainer([pruner], 5, tmp_path).fit(task, *loaders())
+    assert seen == [(-1, {})] and pruner.completed_stage == 1
+
+
 def test_resume_mid_stage_keeps_masks_bit_identical(tmp_path: Path) -> None:
     L.seed_everything(0)
     first = pruning()

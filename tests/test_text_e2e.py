@@ -10,6 +10,7 @@ import torch
 from hydra_runs import compose_config
 from text_fixtures import make_tiny_bert, write_parallel_corpus, write_tweets_csv
 
+from sparseprune.distill import TEACHER_KEY
 from sparseprune.export.pipeline import export
 from sparseprune.training import train
 
@@ -67,6 +68,15 @@ def test_fast_dev_run_every_pattern(model: str, pattern: str, tiny_inputs: Path,
     assert final["stage"] == 2 and final["sparsity"] == pytest.approx(0.75, abs=0.02)
 
 
+DISTILL = ["model.distill.weight=0.5", "model.distill.hidden_weight=1.0"]
+
+
+def test_fast_dev_run_with_distillation(tiny_inputs: Path, tmp_path: Path) -> None:
+    overrides = [*tiny_bert_overrides(tiny_inputs), *QUIET, *DISTILL, "pattern=tw", "trainer=debug"]
+    summary = train(compose_config("train", overrides, tmp_path))
+    assert summary["stages"][-1]["sparsity"] == pytest.approx(0.75, abs=0.02)
+
+
 STAGED = ["schedule.dense_epochs=1", "schedule.stages=1", "schedule.finetune_epochs=1", "trainer.limit_train_batches=2"]
 
 
@@ -92,3 +102,12 @@ def test_staged_bert_run_exports_packed_linears(tiny_inputs: Path, tmp_path: Pat
     report = export(compose_config("export", [f"ckpt={summary['checkpoint']}", "repeats=1", "warmup=0"], tmp_path))
     assert len(report["layers"]) == 12  # 2 layers x (Q, K, V, attention output, FFN in, FFN out)
     assert report["check"]["fp32_rel_error"] <= 1e-5
+
+
+def test_staged_distilled_bert_run_saves_its_teacher_and_exports(tiny_inputs: Path, tmp_path: Path) -> None:
+    overrides = tiny_bert_overrides(tiny_inputs) + QUIET + STAGED + DISTILL + ["pattern=tw"]
+    summary = train(compose_config("train", overrides, tmp_path))
+    checkpoint = torch.load(summary["checkpoint"], weights_only=False, map_location="cpu")
+    assert set(checkpoint[TEACHER_KEY]) == {name.removeprefix("model.") for name in checkpoint["state_dict"]}
+    report = export(compose_config("export", [f"ckpt={summary['checkpoint']}", "repeats=1", "warmup=0"], tmp_path))
+    assert len(report["layers"]) == 12 and report["check"]["fp32_rel_error"] <= 1e-5

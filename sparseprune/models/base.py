@@ -2,7 +2,8 @@
 
 The pruning callback never knows which model it prunes: it asks the module for a loss on a batch (for
 Taylor importance) and for the names of weights that stay dense (`prune_exclude`, fnmatch patterns on
-parameter names). Everything else is found generically in the GEMM view (`sparseprune.gemm_view`).
+parameter names), and tells it once when pruning starts (`on_pruning_start`). Everything else is found
+generically in the GEMM view (`sparseprune.gemm_view`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import torch
 
 
 class PrunableTask(L.LightningModule):
-    """Base of every task module: optimizer wiring and the two hooks the pruning callback uses."""
+    """Base of every task module: optimizer wiring and the hooks the pruning callback uses."""
 
     default_prune_exclude: tuple[str, ...] = ()  # weights left dense when the config says prune_exclude: null
 
@@ -38,6 +39,11 @@ class PrunableTask(L.LightningModule):
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.run_config = checkpoint.get("run_config", self.run_config)
+
+    def on_pruning_start(self) -> None:
+        """Called by the pruning callback just before its first stage prunes, the last moment the network is
+        as dense training (or `init_ckpt`) left it; never again, not even after a resume. Tasks that keep a dense
+        copy (a distillation teacher) take it here."""
 
     def compute_loss(self, batch: Any) -> torch.Tensor:
         """Training loss of one batch, without logging: the Taylor importance backpropagates it."""

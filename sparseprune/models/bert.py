@@ -2,17 +2,19 @@
 
 Each encoder layer has six prunable GEMMs (query, key, value, attention output, FFN in, FFN out): 72 in
 BERT-base, 36 in the embedded 6-layer MiniLM. Embeddings, pooler and classifier stay dense by default.
-The network lives under `model`, so parameter names read `model.bert.encoder.layer.<i>...`.
+The network lives under `model`, so parameter names read `model.bert.encoder.layer.<i>...`. With `distill`
+on, pruned fine-tuning learns from a frozen copy of the network as pruning found it (`sparseprune.distill`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
+from sparseprune.distill import DistillConfig, Teacher, hidden_state_loss, soft_target_loss
 from sparseprune.errors import UserError
 from sparseprune.metrics import classification_metrics
 from sparseprune.models.base import PrunableTask
@@ -64,12 +66,15 @@ class TextClassifier(PrunableTask):
         tokenizer_vocab_size: int | None = None,
         max_length: int | None = None,
         dropout: float | None = None,
+        distill: Mapping[str, float] | None = None,
         optimizer: Any = None,
         scheduler: Any = None,
         prune_exclude: Sequence[str] | None = None,
     ) -> None:
         super().__init__(optimizer=optimizer, scheduler=scheduler, prune_exclude=prune_exclude)
         self.save_hyperparameters(ignore=["optimizer", "scheduler"])
+        self.distill = DistillConfig.from_mapping(distill)
+        self.teacher = Teacher()  # snapshot in on_pruning_start when distill is on
         self.model = load_bert(pretrained, num_labels, dropout)
         config = self.model.config
         if tokenizer_vocab_size is not None and tokenizer_vocab_size > config.vocab_size:
@@ -85,18 +90,52 @@ class TextClassifier(PrunableTask):
         self.test_metrics = classification_metrics(metrics, num_labels, prefix="test/")
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        return self.model(
-            input_ids=batch["input_ids"],
-            attention_mask=batch["attention_mask"],
-            token_type_ids=batch["token_type_ids"],
-        ).logits
+        return self.model(**model_inputs(batch)).logits
 
     def predict_batch(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """Class logits: what export compares (sparse vs masked dense) and times."""
         return self(batch)
 
     def compute_loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Cross entropy, also with distillation on: Taylor importance ranks weights by what they do for the task.
+        At the first stage the teacher is the student itself, so distillation terms would add (dropout aside) no
+        gradient; later they would rank by fidelity to the teacher instead. With plain CE, runs with and without
+        distillation score weights alike and differ only in how they fine-tune."""
         return F.cross_entropy(self(batch), batch["labels"])
+
+    def on_pruning_start(self) -> None:
+        if self.distill.enabled:
+            self.teacher.snapshot(self.model)
+
+    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        if not self.teacher.ready:  # distillation off, or the dense phase before pruning
+            return super().training_step(batch, batch_idx)
+        hidden = self.distill.hidden_weight > 0
+        student = self.model(**model_inputs(batch), output_hidden_states=hidden)
+        teacher = self.teacher(self.device, **model_inputs(batch), output_hidden_states=hidden)
+        terms = {
+            "ce_loss": F.cross_entropy(student.logits, batch["labels"]),
+            "distill_loss": soft_target_loss(student.logits, teacher.logits, self.distill.temperature),
+        }
+        if hidden:  # every encoder layer's output; hidden_states[0] is the (dense) embedding output
+            terms["hidden_loss"] = hidden_state_loss(
+                student.hidden_states[1:], teacher.hidden_states[1:], batch["attention_mask"]
+            )
+        loss = self.distill.combine(**terms)
+        batch_size = self.batch_size_of(batch)
+        self.log("train/loss", loss, prog_bar=True, batch_size=batch_size)
+        self.log_dict({f"train/{name}": value for name, value in terms.items()}, batch_size=batch_size)
+        return loss
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        super().on_save_checkpoint(checkpoint)
+        self.teacher.save_into(checkpoint)
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """A resumed run distils from the saved teacher, never from a snapshot of its already-pruned self."""
+        super().on_load_checkpoint(checkpoint)
+        if self.distill.enabled:
+            self.teacher.load_from(checkpoint, like=self.model)
 
     def _evaluate(self, batch: dict[str, torch.Tensor], split: str, metrics: Any) -> None:
         logits = self(batch)
@@ -111,3 +150,8 @@ class TextClassifier(PrunableTask):
 
     def test_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
         self._evaluate(batch, "test", self.test_metrics)
+
+
+def model_inputs(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """What BertForSequenceClassification reads from a batch (labels stay out: the task computes its own loss)."""
+    return {key: batch[key] for key in ("input_ids", "attention_mask", "token_type_ids")}
