@@ -1,10 +1,10 @@
 """Knowledge distillation from the dense network while the pruned one fine-tunes.
 
-Structured patterns remove whole rows and columns, so a pruned network loses more than the labels alone
-teach back in a few epochs. A frozen copy of the network as pruning finds it (the teacher) supplies soft
-targets (Hinton et al., 2015) and, optionally, per-layer hidden states to match (as TinyBERT does). Nothing
-here knows the task: a classifier snapshots its network with `Teacher`, runs it beside the student and
-blends the terms with `DistillConfig.combine`.
+Structured patterns remove whole rows and columns at once, and a few epochs on the labels alone may not win
+back what that costs. A frozen copy of the network as pruning finds it (the teacher) supplies soft targets
+(Hinton et al., 2015) and, optionally, per-layer hidden states to match (as TinyBERT does). Nothing here knows
+the task: a classifier snapshots its network with `Teacher`, runs it beside the student and blends the terms
+with `DistillConfig.combine`.
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ def hidden_state_loss(
     """Mean over layers of the MSE between student and teacher hidden states (batch, tokens, width).
 
     With `token_mask` (batch, tokens) the mean runs over real tokens only: batches are padded to their longest
-    tweet, and padding positions carry nothing the classifier reads.
+    sequence, and padding positions carry nothing the classifier reads.
     """
     if len(student_hidden) != len(teacher_hidden) or not student_hidden:
         raise ValueError(f"need matching, non-empty layer lists, got {len(student_hidden)} and {len(teacher_hidden)}")
@@ -106,7 +106,8 @@ class Teacher:
 
     A plain object, not a submodule, on purpose: the optimizer (`parameters()`), the pruner (`find_prunable`
     walks `named_modules()`), the module's `state_dict` (so `init_ckpt` and export load as before) and
-    Lightning's device moves and train/eval switches never see it. It follows the student's device on use.
+    Lightning's device moves and train/eval switches never see it. So it follows the student's device on use:
+    Lightning restores a checkpoint before it moves the module, so a restored teacher starts on the CPU.
     """
 
     def __init__(self) -> None:

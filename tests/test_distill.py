@@ -93,6 +93,16 @@ def test_off_unless_a_weight_is_positive() -> None:
     assert DistillConfig.from_mapping({"hidden_weight": 0.1}).enabled
 
 
+def test_teacher_follows_the_students_device_without_gradients() -> None:
+    student = torch.nn.Linear(4, 2)
+    teacher = Teacher()
+    teacher.snapshot(student)
+    output = teacher(torch.device("meta"), torch.empty(3, 4, device="meta"))  # as after a restore on CPU
+    assert output.device.type == "meta" and not output.requires_grad
+    assert all(p.device.type == "meta" for p in teacher.network.parameters())
+    assert all(p.device.type == "cpu" for p in student.parameters())
+
+
 # --- the teacher in a real fit ----------------------------------------------------------------------
 
 

@@ -79,6 +79,25 @@ def test_study_prunes_each_point_from_the_dense_model(tmp_path: Path) -> None:
     assert "--out bench/results/bert_layer_floor" in collect and "tw128-75-floor-0.8=" in collect
 
 
+def test_distill_study_compares_each_pattern_with_and_without_the_teacher(tmp_path: Path) -> None:
+    result, calls = run_script(tmp_path, "bench/study_gpu.sh", "bert_distill")
+    assert result.returncode == 0, result.stderr
+    _, *points = trainings(calls)
+    by_label = {p.split("hydra.run.dir=")[1].split("/")[-1].removeprefix("bert_distill_"): p.split() for p in points}
+    assert sorted(by_label) == sorted(
+        ["ew-75", "tw128-75", "ew-75-kd", "tw128-75-kd", "tw128-75-kd-hidden", "tw128-75-lr2e-4-kd"]
+    )
+    for label, args in by_label.items():
+        pattern = "experiment=paper/bert_ew" if label.startswith("ew") else "experiment=paper/bert_tw128"
+        assert pattern in args and "schedule.target=0.75" in args and "schedule.dense_epochs=0" in args
+        distilled = [a for a in args if a.startswith("model.distill.")]
+        expected = ["model.distill.weight=0.5", "model.distill.temperature=2"] if "-kd" in label else []
+        assert distilled == expected + (["model.distill.hidden_weight=3"] if label.endswith("hidden") else [])
+        assert ("model.optimizer.lr=2e-4" in args) == ("lr2e-4" in label)
+    collect = next(c for c in calls if c.startswith("bench/collect_runs.py"))
+    assert "--out bench/results/bert_distill" in collect and "tw128-75-kd-hidden=" in collect
+
+
 def test_unknown_names_are_refused(tmp_path: Path) -> None:
     for script, name in (("bench/sweep_gpu.sh", "resnet"), ("bench/study_gpu.sh", "no_such_study")):
         result, calls = run_script(tmp_path, script, name)

@@ -97,13 +97,16 @@ class TextClassifier(PrunableTask):
         return self(batch)
 
     def compute_loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Cross entropy, also with distillation on: Taylor importance ranks weights by what they do for the task.
+        """Cross entropy, also with distillation on: Taylor importance should rank weights by what they do for the task.
+
         At the first stage the teacher is the student itself, so distillation terms would add (dropout aside) no
         gradient; later they would rank by fidelity to the teacher instead. With plain CE, runs with and without
-        distillation score weights alike and differ only in how they fine-tune."""
+        distillation score weights alike and differ only in how they fine-tune.
+        """
         return F.cross_entropy(self(batch), batch["labels"])
 
     def on_pruning_start(self) -> None:
+        """The network as pruning finds it becomes the teacher of every later fine-tuning step."""
         if self.distill.enabled:
             self.teacher.snapshot(self.model)
 
