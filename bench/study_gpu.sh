@@ -8,9 +8,11 @@
 #   bash bench/study_gpu.sh bert_finetune_lr   # MiniLM at 75%, EW and TW G=128 fine-tuned at 1e-5 to 2e-4 (default 5e-5)
 #   bash bench/study_gpu.sh bert_distill       # MiniLM at 75%, EW and TW G=128 with and without distillation from the
 #                                              # dense model (logits; TW also with hidden states, and at lr 2e-4)
+#   bash bench/study_gpu.sh bert_distill_combined  # MiniLM at 75%: TW G=128/64 and TEW with hidden-state distillation
+#                                                  # at lr 2e-4, against EW with and without the same distillation
 # Environment: RUNS (default logs/gpu), EXTRA (overrides for every run), MODEL_DIR / TWEETS_CSV as for sweep_gpu.sh.
 set -euo pipefail
-study=${1:?usage: bash bench/study_gpu.sh vgg16_layer_floor|bert_layer_floor|bert_schedule|bert_finetune_lr|bert_distill}
+study=${1:?usage: bash bench/study_gpu.sh vgg16_layer_floor|bert_layer_floor|bert_schedule|bert_finetune_lr|bert_distill|bert_distill_combined}
 runs=${RUNS:-logs/gpu}
 read -ra extra <<< "${EXTRA:-}"
 source "$(dirname "$0")/workloads.sh"
@@ -49,6 +51,16 @@ case $study in
     ew=experiment=paper/bert_ew tw=experiment=paper/bert_tw128
     points=("ew-75=$ew" "tw128-75=$tw" "ew-75-kd=$ew $kd" "tw128-75-kd=$tw $kd" "tw128-75-kd-hidden=$tw $kd $hidden"
       "tw128-75-lr2e-4-kd=$tw model.optimizer.lr=2e-4 $kd")
+    base=(schedule.target=0.75 "${schedule[@]}") ;;
+  bert_distill_combined)
+    use_workload bert
+    # bert_distill's two TW gains together (hidden states and the 2e-4 rate) for every tile-wise pattern, against
+    # EW with the same distillation and plain EW.
+    all="model.distill.weight=0.5 model.distill.temperature=2 model.distill.hidden_weight=3"
+    points=("ew-75=experiment=paper/bert_ew" "ew-75-kd-hidden=experiment=paper/bert_ew $all")
+    for p in tw128 tw64 tew; do
+      points+=("$p-75-kd-hidden-lr2e-4=experiment=paper/bert_$p $all model.optimizer.lr=2e-4")
+    done
     base=(schedule.target=0.75 "${schedule[@]}") ;;
   *) echo "unknown study $study" >&2; exit 2 ;;
 esac

@@ -103,3 +103,17 @@ def test_unknown_names_are_refused(tmp_path: Path) -> None:
         result, calls = run_script(tmp_path, script, name)
         assert result.returncode == 2 and name in result.stderr
         assert trainings(calls) == []
+
+
+def test_combined_distill_study_gives_every_tile_pattern_both_gains(tmp_path: Path) -> None:
+    result, calls = run_script(tmp_path, "bench/study_gpu.sh", "bert_distill_combined")
+    assert result.returncode == 0, result.stderr
+    _, *points = trainings(calls)
+    prefix = "bert_distill_combined_"
+    by_label = {p.split("hydra.run.dir=")[1].split("/")[-1].removeprefix(prefix): p.split() for p in points}
+    tiled = ["tw128-75-kd-hidden-lr2e-4", "tw64-75-kd-hidden-lr2e-4", "tew-75-kd-hidden-lr2e-4"]
+    assert sorted(by_label) == sorted(["ew-75", "ew-75-kd-hidden", *tiled])
+    for label, args in by_label.items():
+        assert f"experiment=paper/bert_{label.split('-')[0]}" in args and "schedule.dense_epochs=0" in args
+        assert ("model.distill.hidden_weight=3" in args) == ("kd-hidden" in label)
+        assert ("model.optimizer.lr=2e-4" in args) == (label in tiled)
