@@ -4,7 +4,7 @@ For B (K x N): every group of `m` consecutive K entries keeps `kept` entries per
 columns. `values` [K/m * kept, N] holds the kept values group after group; `idx` uint8 [K/m * kept, N/vector]
 holds each kept value's position inside its group, shared by the `vector` columns of a block.
 
-`nm_matmul` picks one of three routes per call:
+`nm_matmul` picks one of four routes per call:
 - "simt": kernels_ext/nm_gemm.cu on CUDA cores, any `vector`. M <= 16 runs a memory-bound SpMV that reads every
   kept weight once; larger M a shared-memory-tiled SpMM with fp32 accumulation.
 - "tw": vector-wise N:M with V >= 16 is a tile-wise layout (each V-column block keeps the same K*kept/m rows), so it
@@ -12,7 +12,7 @@ holds each kept value's position inside its group, shared by the `vector` column
   M > 16. V = 16 fills half of each 32-column TW tile, so it does up to twice the ideal MMA work.
 - "sp24": 2:4 (element- or vector-wise) on Hopper sparse tensor cores (sparseprune/export/formats/sp24.py); the
   weight is compressed once by CUTLASS on the GPU (memoised per `values` tensor, like the TW repack) and chosen for
-  M > 16 on an sm_90 device when the extension holds the CUTLASS kernel; K must be a multiple of 16.
+  M > 1 (rows of x) on an sm_90 device when the extension holds the CUTLASS kernel; K must be a multiple of 16.
 - "reference": one dense GEMM on the scattered weight; CPU, no extension, dtypes other than fp16/bf16, or a
   packing outside the kernels' range (M not a power of two in [2, 32], N = 0 or N = M, N columns not a multiple
   of 8).
