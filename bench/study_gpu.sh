@@ -10,7 +10,8 @@
 #                                              # dense model (logits; TW also with hidden states, and at lr 2e-4)
 #   bash bench/study_gpu.sh bert_distill_combined  # MiniLM at 75%: TW G=128/64 and TEW with hidden-state distillation
 #                                                  # at lr 2e-4, against EW with and without the same distillation
-# Environment: RUNS (default logs/gpu), EXTRA (overrides for every run), MODEL_DIR / TWEETS_CSV as for sweep_gpu.sh.
+# Environment: RUNS (default logs/gpu), EXTRA (overrides for every run), MODEL_DIR / TWEETS_CSV as for sweep_gpu.sh,
+# TAG (suffix of the result and run names: TAG=seed1 EXTRA='seed=1' repeats a study with another seed).
 set -euo pipefail
 study=${1:?usage: bash bench/study_gpu.sh vgg16_layer_floor|bert_layer_floor|bert_schedule|bert_finetune_lr|bert_distill|bert_distill_combined}
 runs=${RUNS:-logs/gpu}
@@ -65,12 +66,12 @@ case $study in
   *) echo "unknown study $study" >&2; exit 2 ;;
 esac
 train_dense
-out=bench/results/$study
+out=bench/results/$study${TAG:+_$TAG}
 labelled=(dense="$dense_dir/summary.json")
 for point in "${points[@]}"; do
   label=${point%%=*}
   read -ra overrides <<< "${point#*=}"
-  run_dir=$runs/${study}_$label
+  run_dir=$runs/${study}${TAG:+_$TAG}_$label
   python train.py "${base[@]}" "${overrides[@]}" "${text[@]}" init_ckpt="$dense_dir/checkpoints/last.ckpt" \
     schedule.dense_epochs=0 "${common[@]}" "${extra[@]}" hydra.run.dir="$run_dir" > "$run_dir.console.log" 2>&1 &
   labelled+=("$label=$run_dir/summary.json")
@@ -84,5 +85,5 @@ for item in "${labelled[@]}"; do  # each run's training log and summary beside t
   cp "$summary" "${out}_logs/${item%%=*}.summary.json" 2>/dev/null || true
 done
 python bench/collect_runs.py --out "$out" --metric "$metric" --scale "$scale" \
-  --command "${EXTRA:+EXTRA='$EXTRA' }bash bench/study_gpu.sh $study" --device "$(gpu_name)" "${labelled[@]}"
+  --command "${TAG:+TAG=$TAG }${EXTRA:+EXTRA='$EXTRA' }bash bench/study_gpu.sh $study" --device "$(gpu_name)" "${labelled[@]}"
 exit $failed

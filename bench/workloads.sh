@@ -24,7 +24,7 @@ use_workload() {
       metric=test/bleu scale=1 ;;
     *) echo "unknown workload $workload (vgg16, bert or lstm_nmt)" >&2; return 2 ;;
   esac
-  dense_dir=$runs/${workload}_dense
+  dense_dir=$runs/${workload}_dense${TAG:+_$TAG}  # a tagged run (another seed) trains its own
 }
 
 # Trains the workload's dense reference into $dense_dir unless it is already there.

@@ -117,3 +117,15 @@ def test_combined_distill_study_gives_every_tile_pattern_both_gains(tmp_path: Pa
         assert f"experiment=paper/bert_{label.split('-')[0]}" in args and "schedule.dense_epochs=0" in args
         assert ("model.distill.hidden_weight=3" in args) == ("kd-hidden" in label)
         assert ("model.optimizer.lr=2e-4" in args) == (label in tiled)
+
+
+def test_tagged_study_repeats_with_its_own_dense_model_and_result_names(tmp_path: Path) -> None:
+    result, calls = run_script(tmp_path, "bench/study_gpu.sh", "bert_distill_combined", TAG="seed1", EXTRA="seed=1")
+    assert result.returncode == 0, result.stderr
+    dense, *points = trainings(calls)
+    assert "seed=1" in dense.split() and dense.split()[-1].endswith("/bert_dense_seed1")
+    assert all("/bert_dense_seed1/checkpoints/last.ckpt" in p and "seed=1" in p.split() for p in points)
+    assert all("/bert_distill_combined_seed1_" in p for p in points)
+    collect = next(c for c in calls if c.startswith("bench/collect_runs.py"))
+    assert "--out bench/results/bert_distill_combined_seed1" in collect
+    assert "TAG=seed1 EXTRA='seed=1' bash bench/study_gpu.sh bert_distill_combined" in collect
