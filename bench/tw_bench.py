@@ -22,7 +22,7 @@ from bench.common import (
     markdown_table,
     relative_error,
     require_kernels,
-    time_cuda,
+    time_into,
     write_results,
 )
 from sparseprune.export.formats.tw import PackedTW, pack_tw
@@ -201,29 +201,28 @@ def run_case(
         return row
     k_ideal = max(8, round((1 - sparsity) * k / 8) * 8)
     x_ideal, b_ideal = x[:, :k_ideal].contiguous(), b[:k_ideal].contiguous()
-    t_dense = time_cuda(lambda: torch.matmul(x, b)).median_us
-    t_tw = time_cuda(lambda: packed.matmul(x)).median_us
-    t_fm = time_cuda(lambda: packed.matmul_feature_major(xt)).median_us
-    t_fm_mma = time_cuda(lambda: packed.matmul_feature_major(xt, kernel="mma.sync")).median_us if m > 16 else None
+    # The timings a case may lack (no mma.sync run at M <= 16, no Hopper kernel, no emulation) read None.
+    row.update(dict.fromkeys(["tw_fm_mma_sync_us", "tw_fm_wgmma_us", "tw_fm_wgmma_ws_us", "emul_us"]))
+    t_dense = time_into(row, "dense_us", lambda: torch.matmul(x, b))
+    t_tw = time_into(row, "tw_us", lambda: packed.matmul(x))
+    t_fm = time_into(row, "tw_fm_us", lambda: packed.matmul_feature_major(xt))
+    if m > 16:
+        time_into(row, "tw_fm_mma_sync_us", lambda: packed.matmul_feature_major(xt, kernel="mma.sync"))
     t_hopper = {
-        kernel: time_cuda(lambda kernel=kernel: packed.matmul_feature_major(xt, kernel=kernel)).median_us
+        kernel: time_into(
+            row,
+            f"tw_fm_{kernel.replace('.', '_')}_us",
+            lambda kernel=kernel: packed.matmul_feature_major(xt, kernel=kernel),
+        )
         for kernel in hopper_kernels(m, granularity)
     }
-    t_emul = time_cuda(lambda: emul(x)).median_us if emul else None
-    t_ideal = time_cuda(lambda: torch.matmul(x_ideal, b_ideal)).median_us
+    t_emul = time_into(row, "emul_us", lambda: emul(x)) if emul else None
+    t_ideal = time_into(row, "ideal_us", lambda: torch.matmul(x_ideal, b_ideal))
     kept_flops = 2.0 * m * float(mask.sum())
     row.update(
         {
-            "dense_us": t_dense,
-            "tw_us": t_tw,
-            "tw_fm_us": t_fm,
-            "tw_fm_mma_sync_us": t_fm_mma,
-            "tw_fm_wgmma_us": t_hopper.get("wgmma"),
-            "tw_fm_wgmma_ws_us": t_hopper.get("wgmma.ws"),
             "wgmma_of_ideal": t_ideal / t_hopper["wgmma"] if "wgmma" in t_hopper else None,
             "ws_of_ideal": t_ideal / t_hopper["wgmma.ws"] if "wgmma.ws" in t_hopper else None,
-            "emul_us": t_emul,
-            "ideal_us": t_ideal,
             "k_ideal": k_ideal,
             "speedup": t_dense / t_tw,
             "speedup_fm": t_dense / t_fm,
