@@ -132,14 +132,27 @@ inline const char* check_launch() {
 
 inline int cdiv(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }
 
+// Raises kKernel's dynamic shared-memory limit to kBytes, once per process per kernel (the kernel is a template
+// argument), which keeps the per-call host cost down. Returns an error message or nullptr.
+template <auto kKernel, int kBytes>
+const char* allow_dynamic_smem() {
+  static const cudaError_t err = cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
+  return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
+}
+
+// Calls run(Cfg{}) with the CTA configuration for the tile width G (128 or 64) and the plan's row block (256 or
+// 128 rows): both Hopper kernels choose among their four configurations this way.
+template <typename Cfg128x256, typename Cfg128x128, typename Cfg64x256, typename Cfg64x128, typename Run>
+const char* with_tile_config(const PackedTile& w, const Plan& plan, Run run) {
+  if (w.granularity == 128) return plan.block_m == 256 ? run(Cfg128x256{}) : run(Cfg128x128{});
+  return plan.block_m == 256 ? run(Cfg64x256{}) : run(Cfg64x128{});
+}
+
 // Launches a TW GEMM kernel (mma.sync or wgmma) with one CTA per (tile, M block, K split). `Cfg` gives the CTA
-// rows, threads and dynamic shared memory; the kernel is a template argument so each one raises its own
-// shared-memory limit, once per process, which keeps the per-call host cost down.
+// rows, threads and dynamic shared memory.
 template <typename Cfg, auto kKernel>
 const char* launch_tiles(const PackedTile& w, const Problem& p, int splits) {
-  static const cudaError_t attr_err =
-      cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
-  if (attr_err != cudaSuccess) return cudaGetErrorString(attr_err);
+  if (const char* err = allow_dynamic_smem<kKernel, Cfg::kSmemBytes>()) return err;
   const int m_blocks = cdiv(p.M, Cfg::kBM);
   const int64_t ctas = static_cast<int64_t>(w.num_tiles) * m_blocks * splits;
   kKernel<<<static_cast<unsigned>(ctas), Cfg::kThreads, Cfg::kSmemBytes, p.stream>>>(w, p, m_blocks, splits,

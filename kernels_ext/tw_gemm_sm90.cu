@@ -177,11 +177,8 @@ const char* run_wgmma(const PackedTile& w, const Problem& p, int splits) {
 
 template <typename T>
 const char* dispatch_wgmma(const PackedTile& w, const Problem& p, const Plan& plan) {
-  if (w.granularity == 128) {
-    return plan.block_m == 256 ? run_wgmma<T, Wg128x256>(w, p, plan.splits)
-                               : run_wgmma<T, Wg128x128>(w, p, plan.splits);
-  }
-  return plan.block_m == 256 ? run_wgmma<T, Wg64x256>(w, p, plan.splits) : run_wgmma<T, Wg64x128>(w, p, plan.splits);
+  return with_tile_config<Wg128x256, Wg128x128, Wg64x256, Wg64x128>(
+      w, plan, [&](auto cfg) { return run_wgmma<T, decltype(cfg)>(w, p, plan.splits); });
 }
 }  // namespace
 

@@ -304,13 +304,11 @@ using Ws128x128 = WsConfig<128, 1, 4>;
 using Ws64x256 = WsConfig<64, 2, 4>;
 using Ws64x128 = WsConfig<64, 1, 6>;
 
-// One persistent CTA per SM (at most one per item); the shared-memory limit is raised once per kernel.
+// One persistent CTA per SM (at most one per item).
 template <typename T, typename Cfg>
 const char* run_ws(const PackedTile& w, const Problem& p, int splits) {
   constexpr auto kKernel = tw_wgmma_ws_kernel<T, Cfg>;
-  static const cudaError_t attr_err =
-      cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
-  if (attr_err != cudaSuccess) return cudaGetErrorString(attr_err);
+  if (const char* err = allow_dynamic_smem<kKernel, Cfg::kSmemBytes>()) return err;
   const int m_blocks = cdiv(p.M, Cfg::kBM);
   const int64_t items = static_cast<int64_t>(w.num_tiles) * m_blocks * splits;
   if (items > INT32_MAX) return "too many TW work items for one launch";
@@ -321,10 +319,8 @@ const char* run_ws(const PackedTile& w, const Problem& p, int splits) {
 
 template <typename T>
 const char* dispatch_ws(const PackedTile& w, const Problem& p, const Plan& plan) {
-  if (w.granularity == 128) {
-    return plan.block_m == 256 ? run_ws<T, Ws128x256>(w, p, plan.splits) : run_ws<T, Ws128x128>(w, p, plan.splits);
-  }
-  return plan.block_m == 256 ? run_ws<T, Ws64x256>(w, p, plan.splits) : run_ws<T, Ws64x128>(w, p, plan.splits);
+  return with_tile_config<Ws128x256, Ws128x128, Ws64x256, Ws64x128>(
+      w, plan, [&](auto cfg) { return run_ws<T, decltype(cfg)>(w, p, plan.splits); });
 }
 }  // namespace
 
