@@ -18,6 +18,12 @@ runs=${RUNS:-logs/gpu}
 read -ra extra <<< "${EXTRA:-}"
 source "$(dirname "$0")/workloads.sh"
 floor=callbacks.staged_pruning.max_layer_sparsity
+# Distillation for the bert_distill studies. Soft targets at T=2 share the loss equally with the labels. Hidden
+# states: MiniLM's layer outputs vary by about 0.35 per element, and TW pruning at 66% and 75% leaves a mean MSE of
+# 0.2-0.25 against the dense model (measured on 512 tweets with a MiniLM fine-tuned for 250 steps) that fine-tuning
+# on labels alone barely lowers, while CE runs 0.65-1.0; a weight of 3 makes the term about as large as CE.
+kd="model.distill.weight=0.5 model.distill.temperature=2"
+hidden=model.distill.hidden_weight=3
 case $study in
   vgg16_layer_floor)
     use_workload vgg16
@@ -43,12 +49,6 @@ case $study in
     base=(schedule.target=0.75 "${schedule[@]}") ;;
   bert_distill)
     use_workload bert
-    # Soft targets at T=2 share the loss equally with the labels. Hidden states: MiniLM's layer outputs vary by
-    # about 0.35 per element, and TW pruning at 66% and 75% leaves a mean MSE of 0.2-0.25 against the dense model
-    # (measured on 512 tweets with a MiniLM fine-tuned for 250 steps) that fine-tuning on labels alone barely
-    # lowers, while CE runs 0.65-1.0; a weight of 3 makes the term about as large as CE.
-    kd="model.distill.weight=0.5 model.distill.temperature=2"
-    hidden=model.distill.hidden_weight=3
     ew=experiment=paper/bert_ew tw=experiment=paper/bert_tw128
     points=("ew-75=$ew" "tw128-75=$tw" "ew-75-kd=$ew $kd" "tw128-75-kd=$tw $kd" "tw128-75-kd-hidden=$tw $kd $hidden"
       "tw128-75-lr2e-4-kd=$tw model.optimizer.lr=2e-4 $kd")
@@ -57,10 +57,9 @@ case $study in
     use_workload bert
     # bert_distill's two TW gains together (hidden states and the 2e-4 rate) for every tile-wise pattern, against
     # EW with the same distillation and plain EW.
-    all="model.distill.weight=0.5 model.distill.temperature=2 model.distill.hidden_weight=3"
-    points=("ew-75=experiment=paper/bert_ew" "ew-75-kd-hidden=experiment=paper/bert_ew $all")
+    points=("ew-75=experiment=paper/bert_ew" "ew-75-kd-hidden=experiment=paper/bert_ew $kd $hidden")
     for p in tw128 tw64 tew; do
-      points+=("$p-75-kd-hidden-lr2e-4=experiment=paper/bert_$p $all model.optimizer.lr=2e-4")
+      points+=("$p-75-kd-hidden-lr2e-4=experiment=paper/bert_$p $kd $hidden model.optimizer.lr=2e-4")
     done
     base=(schedule.target=0.75 "${schedule[@]}") ;;
   *) echo "unknown study $study" >&2; exit 2 ;;
