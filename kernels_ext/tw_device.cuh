@@ -53,77 +53,278 @@ __device__ __forceinline__ int64_t ws_index(const PackedTile& w, const Problem& 
   return p.sym == 1 ? pos * p.M + m : m * (static_cast<int64_t>(w.num_tiles) * w.granularity) + pos;
 }
 
-// Bias, TEW residual and activation for output (m, col); x is read through its strides.
+// Applies the activation to a run of outputs; the choice is made once per run, not per element, so that GELU's erf
+// is not evaluated for every output of a call without it.
+template <int Count>
+__device__ __forceinline__ void activate_run(float (&v)[Count], Activation act) {
+  if (act == Activation::kRelu) {
+#pragma unroll
+    for (int e = 0; e < Count; ++e) v[e] = fmaxf(v[e], 0.0f);
+  } else if (act == Activation::kGelu) {
+#pragma unroll
+    for (int e = 0; e < Count; ++e) v[e] = activate(v[e], Activation::kGelu);
+  }
+}
+
+// Bias and TEW residual for output (m, col), before the activation; x is read through its strides.
 template <typename T>
-__device__ __forceinline__ float finish(float v, int col, int64_t m, const PackedTile& w, const T* x,
-                                        int64_t sxm, int64_t sxk, const T* bias, Activation act) {
+__device__ __forceinline__ float add_bias_residual(float v, int col, int64_t m, const PackedTile& w, const T* x,
+                                                   int64_t sxm, int64_t sxk, const T* bias) {
   if (bias != nullptr) v += to_float(bias[col]);
   if (w.res_ptr != nullptr) {
     const T* res_vals = static_cast<const T*>(w.res_vals);
+#pragma unroll 1
     for (int e = w.res_ptr[col]; e < w.res_ptr[col + 1]; ++e) {
       v += to_float(x[m * sxm + static_cast<int64_t>(w.res_rows[e]) * sxk]) * to_float(res_vals[e]);
     }
   }
-  return activate(v, act);
+  return v;
 }
 
-// Writes a finished fp32 tile (staged in shared memory) through `cols`, applying bias, TEW residual and
-// activation; threads tid = 0 .. kThreads-1 share the work. x is feature-major here: x[k*ldx + m].
+// Bias and TEW residual for outputs m0 .. m0+Run-1 of one column (those below M); x is read through its strides.
+// One bias load and one residual walk serve the whole run.
+template <typename T, int Run>
+__device__ __forceinline__ void add_bias_residual_run(float (&v)[Run], int col, int64_t m0, const PackedTile& w,
+                                                      const Problem& p, const T* x, int64_t sxm, int64_t sxk) {
+  const T* bias = static_cast<const T*>(p.bias);
+  if (bias != nullptr) {
+    const float b = to_float(bias[col]);
+#pragma unroll
+    for (int e = 0; e < Run; ++e) v[e] += b;
+  }
+  if (w.res_ptr == nullptr) return;
+  const T* res_vals = static_cast<const T*>(w.res_vals);
+#pragma unroll 1
+  for (int r = w.res_ptr[col]; r < w.res_ptr[col + 1]; ++r) {
+    const float rv = to_float(res_vals[r]);
+    const T* xr = x + static_cast<int64_t>(w.res_rows[r]) * sxk;
+#pragma unroll
+    for (int e = 0; e < Run; ++e) {
+      if (m0 + e < p.M) v[e] += to_float(xr[(m0 + e) * sxm]) * rv;
+    }
+  }
+}
+
+// Eight consecutive floats from 16-byte-aligned shared memory. Runs 32 floats apart share banks, so when eight
+// lanes read eight consecutive runs, the lanes with bit 2 of `lane_run` set take their two halves in swapped
+// order: each quarter-warp then touches all 32 banks once per 16-byte read.
+__device__ __forceinline__ void load8_shared(const float* src, int lane_run, float (&v)[8]) {
+  const bool swap = (lane_run >> 2) & 1;
+  const float4 a = *reinterpret_cast<const float4*>(src + (swap ? 4 : 0));
+  const float4 b = *reinterpret_cast<const float4*>(src + (swap ? 0 : 4));
+  const float4 lo = swap ? b : a, hi = swap ? a : b;
+  v[0] = lo.x, v[1] = lo.y, v[2] = lo.z, v[3] = lo.w, v[4] = hi.x, v[5] = hi.y, v[6] = hi.z, v[7] = hi.w;
+}
+
+template <typename T>
+__device__ __forceinline__ void store8(T* dst, const float (&v)[8]) {
+  alignas(16) T out[8];
+#pragma unroll
+  for (int e = 0; e < 8; ++e) out[e] = from_float<T>(v[e]);
+  *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(out);
+}
+
+// A finished fp32 BM x BN tile staged in shared memory before it leaves through `cols`. The layout follows the
+// output's orientation, so that the fragment stores into it are conflict-free and the global stores are whole
+// 16-byte runs along y's contiguous dimension: rows of BN (+8 pad) for a row-major y; columns of BM (+4 pad)
+// for a feature-major y, whose columns are contiguous in m. Storing a feature-major y from a row-major staging
+// put every lane of a warp on a different column and made the epilogue cost several times the MMAs.
+template <int BM, int BN>
+struct StagedTile {
+  static constexpr int kRowLd = BN + 8, kColLd = BM + 4;
+  static constexpr int kFloats = BM * kRowLd > BN * kColLd ? BM * kRowLd : BN * kColLd;
+  static constexpr int kBytes = kFloats * 4 + BN * 4;  // + the tile's column list
+  static_assert(BM % 64 == 0 && BN % 32 == 0, "pads chosen for these multiples");
+
+  // Stores the accumulator pair (r, n), (r, n + 1): a conflict-free float2 (row-major: bank 8g + 2t4), or two
+  // words (column-major: bank 8t4 + g for fragment row g and column pair t4).
+  __device__ __forceinline__ static void put(float* s, int r, int n, float v0, float v1, bool feature_major) {
+    if (feature_major) {
+      s[n * kColLd + r] = v0;
+      s[(n + 1) * kColLd + r] = v1;
+    } else {
+      *reinterpret_cast<float2*>(s + r * kRowLd + n) = make_float2(v0, v1);
+    }
+  }
+  __device__ __forceinline__ static int* cols(float* s) { return reinterpret_cast<int*>(s + kFloats); }
+};
+
+// Adds a tile staged by StagedTile (split-K partial sums) into the fp32 workspace, whose layout follows y's, so
+// consecutive threads go along its contiguous dimension, four floats per atomic (sm_90 vector atomics). A rolled
+// loop: unrolled per-fragment atomics made the kernels' code several times larger.
+template <int BM, int BN, int kThreads>
+__device__ __forceinline__ void add_partial_tile(const float* s_c, const PackedTile& w, const Problem& p,
+                                                 int64_t m0, int tile, bool feature_major_out, int tid) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  using Staged = StagedTile<BM, BN>;
+  const int64_t pos0 = static_cast<int64_t>(tile) * BN;
+  // Along m (feature-major) a quad needs M % 4 == 0 to stay 16-byte aligned; along the tile's columns it always is.
+  const bool quads = !feature_major_out || p.M % 4 == 0;
+#pragma unroll 1
+  for (int it = tid; it < BM * BN / 4; it += kThreads) {
+    const int r = feature_major_out ? (it % (BM / 4)) * 4 : it / (BN / 4);
+    const int n = feature_major_out ? it / (BM / 4) : (it % (BN / 4)) * 4;
+    const float* src = feature_major_out ? s_c + n * Staged::kColLd + r : s_c + r * Staged::kRowLd + n;
+    const float4 v = *reinterpret_cast<const float4*>(src);
+    float* dst = p.workspace + ws_index(w, p, m0 + r, pos0 + n);
+    if (quads && m0 + r + (feature_major_out ? 3 : 0) < p.M) {
+      atomicAdd(reinterpret_cast<float4*>(dst), v);
+    } else if (feature_major_out) {  // the tail of M, or an M that is not a multiple of 4
+      const float e[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        if (m0 + r + q < p.M) atomicAdd(dst + q, e[q]);
+      }
+    }
+  }
+#endif
+}
+
+// Writes a tile staged by StagedTile through `cols`, applying bias, TEW residual and activation; threads
+// tid = 0 .. kThreads-1 share the work. x is feature-major here: x[k*ldx + m].
 template <typename T, int BM, int BN, int kThreads>
-__device__ __forceinline__ void store_tile(const float* s_c, int ldc, const int* s_cols, const PackedTile& w,
+__device__ __forceinline__ void store_tile(const float* s_c, const int* s_cols, const PackedTile& w,
                                            const Problem& p, int64_t m0, bool feature_major_out, int tid) {
-  constexpr int BCH = BN / 8;
+  using Staged = StagedTile<BM, BN>;
   const int64_t M = p.M, ldx = p.sxk;
   const T* x = static_cast<const T*>(p.x);
   T* y = static_cast<T*>(p.y);
   const T* bias = static_cast<const T*>(p.bias);
-  if (feature_major_out) {  // y[col*syn + m]: 8 consecutive m per thread, one 16-byte store
-    for (int it = tid; it < (BM / 8) * BN; it += kThreads) {
-      const int n = it % BN, c = it / BN;
+  if (feature_major_out) {  // y[col*syn + m]: a run of 8 consecutive m per thread, consecutive lanes along m
+    constexpr int kRuns = BM / 8;
+    for (int it = tid; it < kRuns * BN; it += kThreads) {
+      const int c = it % kRuns, n = it / kRuns;
       const int col = s_cols[n];
       const int64_t mbase = m0 + c * 8;
       if (col < 0 || mbase >= M) continue;
-      alignas(16) T out[8];
-#pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        out[e] = from_float<T>(finish(s_c[(c * 8 + e) * ldc + n], col, mbase + e, w, x, 1, ldx, bias,
-                                      p.activation));
-      }
+      float v[8];
+      load8_shared(s_c + n * Staged::kColLd + c * 8, c, v);
+      add_bias_residual_run<T, 8>(v, col, mbase, w, p, x, 1, ldx);
+      activate_run(v, p.activation);
       T* dst = y + static_cast<int64_t>(col) * p.syn + mbase;
       if (p.y_vec16 && mbase + 8 <= M) {
-        *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(out);
+        store8(dst, v);
       } else {
-        for (int e = 0; e < 8 && mbase + e < M; ++e) dst[e] = out[e];
+        for (int e = 0; e < 8 && mbase + e < M; ++e) dst[e] = from_float<T>(v[e]);
       }
     }
   } else {  // y[m*sym + col]: a run of 8 contiguous, aligned columns goes out as one 16-byte store
-    for (int it = tid; it < BM * BCH; it += kThreads) {
-      const int r = it / BCH, n0 = (it % BCH) * 8;
+    constexpr int kRuns = BN / 8;
+    for (int it = tid; it < BM * kRuns; it += kThreads) {
+      const int r = it / kRuns, q = it % kRuns, n0 = q * 8;
       const int64_t m = m0 + r;
       const int col0 = s_cols[n0];
       if (col0 < 0 || m >= M) continue;
-      alignas(16) T out[8];
+      float v[8];
+      load8_shared(s_c + r * Staged::kRowLd + n0, q, v);
 #pragma unroll
       for (int e = 0; e < 8; ++e) {
         const int col = s_cols[n0 + e];
-        out[e] = from_float<T>(col < 0 ? 0.0f
-                                       : finish(s_c[r * ldc + n0 + e], col, m, w, x, 1, ldx, bias,
-                                                p.activation));
+        v[e] = col < 0 ? 0.0f : add_bias_residual(v[e], col, m, w, x, 1, ldx, bias);
       }
+      activate_run(v, p.activation);
       T* row = y + m * p.sym;
       if (p.y_vec16 && col0 % 8 == 0 && s_cols[n0 + 7] == col0 + 7) {
-        *reinterpret_cast<uint4*>(row + col0) = *reinterpret_cast<const uint4*>(out);
+        store8(row + col0, v);
       } else {
 #pragma unroll
         for (int e = 0; e < 8; ++e) {
           const int col = s_cols[n0 + e];
-          if (col >= 0) row[static_cast<int64_t>(col) * p.syn] = out[e];
+          if (col >= 0) row[static_cast<int64_t>(col) * p.syn] = from_float<T>(v[e]);
         }
       }
     }
   }
 }
 
+// Outputs m0 .. m0+Run-1 of column col, whose partial sums sit at workspace position pos (-1: a pruned column,
+// zero before bias and residual). Runs of 8 along a feature-major y leave as one 16-byte store.
+template <typename T, int Run>
+__device__ __forceinline__ void finalize_run(const PackedTile& w, const Problem& p, int64_t m0, int col, int pos) {
+  float v[Run];
+#pragma unroll
+  for (int e = 0; e < Run; ++e) {
+    const int64_t m = m0 + e;
+    v[e] = pos >= 0 && m < p.M ? p.workspace[ws_index(w, p, m, pos)] : 0.0f;
+  }
+  add_bias_residual_run<T, Run>(v, col, m0, w, p, static_cast<const T*>(p.x), p.sxm, p.sxk);
+  activate_run(v, p.activation);
+  T* dst = static_cast<T*>(p.y) + m0 * p.sym + static_cast<int64_t>(col) * p.syn;
+  if constexpr (Run == 8) {
+    if (p.sym == 1 && p.y_vec16 && m0 + 8 <= p.M) {
+      store8(dst, v);
+      return;
+    }
+  }
+#pragma unroll
+  for (int e = 0; e < Run; ++e) {
+    if (m0 + e < p.M) dst[e * p.sym] = from_float<T>(v[e]);
+  }
+}
+
+// Finalize work: every column after a split-K/GEMV pass (all_columns), else only the pruned ones. Counted in
+// runs of 8 consecutive m along a feature-major y, in single outputs along a row-major one.
+__device__ __host__ __forceinline__ int64_t finalize_outputs(const PackedTile& w, const Problem& p, bool all_columns) {
+  const int64_t ncols = all_columns ? w.N : w.num_pruned;
+  return ncols * (p.sym == 1 ? (p.M + 7) / 8 : p.M);
+}
+
+// Worker `worker` of `workers` walks its share of the finalize work (bias, TEW residual, activation, and the
+// workspace sums for all_columns) one output run at a time, so a caller can interleave it with other work.
+// Consecutive workers go along y's contiguous dimension, so the stores coalesce. The work (outer, inner) is
+// (column, run of 8 m) for a feature-major y and (m, column) for a row-major one; it steps by `workers` with a carry
+// instead of a 64-bit division per output.
+template <typename T>
+class FinalizeCursor {
+ public:
+  __device__ __forceinline__ FinalizeCursor(const PackedTile& w, const Problem& p, bool all_columns, int64_t worker,
+                                            int64_t workers)
+      : all_columns_(all_columns), feature_major_(p.sym == 1) {
+    const int64_t ncols = all_columns ? w.N : w.num_pruned;
+    outer_n_ = feature_major_ ? ncols : p.M;
+    inner_n_ = feature_major_ ? (p.M + 7) / 8 : ncols;
+    if (inner_n_ == 0 || workers <= 0) outer_n_ = 0;  // nothing to do, or no share of it (workers = 0)
+    d_outer_ = inner_n_ > 0 ? workers / inner_n_ : 0;
+    d_inner_ = inner_n_ > 0 ? workers % inner_n_ : 0;
+    outer_ = inner_n_ > 0 ? worker / inner_n_ : 0;
+    inner_ = inner_n_ > 0 ? worker % inner_n_ : 0;
+  }
+  __device__ __forceinline__ bool done() const { return outer_ >= outer_n_; }
+  // Finishes the current run and moves to the next one; only while !done().
+  __device__ __forceinline__ void step(const PackedTile& w, const Problem& p) {
+    const int64_t j = feature_major_ ? outer_ : inner_;
+    const int col = all_columns_ ? static_cast<int>(j) : w.pruned_cols[j];
+    const int pos = all_columns_ ? w.col_pos[col] : -1;
+    if (feature_major_) {
+      finalize_run<T, 8>(w, p, inner_ * 8, col, pos);
+    } else {
+      finalize_run<T, 1>(w, p, outer_, col, pos);
+    }
+    outer_ += d_outer_;
+    inner_ += d_inner_;
+    if (inner_ >= inner_n_) {
+      inner_ -= inner_n_;
+      ++outer_;
+    }
+  }
+
+ private:
+  bool all_columns_, feature_major_;
+  int64_t outer_n_, inner_n_, d_outer_, d_inner_, outer_, inner_;
+};
+
+// True when the warp-specialized kernel writes the pruned columns itself (a feature-major y without split-K), so
+// the launch needs no finalize pass.
+__device__ __host__ __forceinline__ bool fills_pruned_columns(const Problem& p, int splits) {
+  return splits == 1 && p.sym == 1;
+}
+
+template <typename T>
+__device__ __forceinline__ void finalize_share(const PackedTile& w, const Problem& p, bool all_columns,
+                                               int64_t worker, int64_t workers) {
+  FinalizeCursor<T> cursor(w, p, all_columns, worker, workers);
+  while (!cursor.done()) cursor.step(w, p);
+}
 
 inline const char* check_launch() {
   const cudaError_t err = cudaGetLastError();

@@ -61,9 +61,8 @@ struct MmaConfig {
   static constexpr int kMI = kWM / 16, kNI = kWN / 8;
   static constexpr int kAChunks = BM / 8, kBChunks = BN / 8;
   static constexpr int kAIters = kBK * kAChunks / kThreads;
-  static constexpr int kLdc = BN + 8;  // fp32 staging stride: conflict-free float2 stores
   static constexpr int kPipeBytes = Stages * kBK * (BM + BN) * 2;
-  static constexpr int kEpiBytes = BM * kLdc * 4 + BN * 4;
+  static constexpr int kEpiBytes = StagedTile<BM, BN>::kBytes;
   static constexpr int kSmemBytes = kPipeBytes > kEpiBytes ? kPipeBytes : kEpiBytes;
   static_assert(kNI % 2 == 0 && kWM % 16 == 0, "warp tile");
   static_assert(kBK * kAChunks % kThreads == 0, "A loader split");
@@ -196,20 +195,21 @@ __global__ void __launch_bounds__(Cfg::kThreads)
 
   // Direct epilogue: stage fp32 results in shared memory, then write G columns through `cols`.
   __syncthreads();
+  using Staged = StagedTile<BM, BN>;
   float* s_c = reinterpret_cast<float*>(smem);
-  int* s_cols = reinterpret_cast<int*>(s_c + BM * Cfg::kLdc);
+  int* s_cols = Staged::cols(s_c);
 #pragma unroll
   for (int i = 0; i < MI; ++i)
 #pragma unroll
     for (int j = 0; j < NI; ++j) {
       const int r = wm * Cfg::kWM + i * 16 + g, n = wn * Cfg::kWN + j * 8 + 2 * t4;
-      *reinterpret_cast<float2*>(s_c + r * Cfg::kLdc + n) = make_float2(acc[i][j][0], acc[i][j][1]);
-      *reinterpret_cast<float2*>(s_c + (r + 8) * Cfg::kLdc + n) = make_float2(acc[i][j][2], acc[i][j][3]);
+      Staged::put(s_c, r, n, acc[i][j][0], acc[i][j][1], feature_major_out);
+      Staged::put(s_c, r + 8, n, acc[i][j][2], acc[i][j][3], feature_major_out);
     }
   for (int n = tid; n < BN; n += kThreads) s_cols[n] = w.cols[tile * BN + n];
   __syncthreads();
 
-  store_tile<T, BM, BN, kThreads>(s_c, Cfg::kLdc, s_cols, w, p, m0, feature_major_out, tid);
+  store_tile<T, BM, BN, kThreads>(s_c, s_cols, w, p, m0, feature_major_out, tid);
 }
 
 // Small M: CTA = (tile, K chunk); each thread streams value vectors of kept rows (Cols columns: 16 bytes, or
@@ -292,36 +292,11 @@ __global__ void __launch_bounds__(256) tw_gemv_kernel(PackedTile w, Problem p, i
 // Epilogue for columns no tensor-core CTA wrote: every column after a split-K/GEMV pass (all_columns),
 // else only the pruned ones (bias and TEW residual, then activation). Two mappings keep the stores coalesced:
 // a row-major y walks the column list across threads, a feature-major y walks M across threads.
+// Epilogue for the columns no tensor-core CTA wrote (see finalize_share).
 template <typename T>
-__device__ __forceinline__ void finalize_one(const PackedTile& w, const Problem& p, int64_t m, int col,
-                                             int pos) {
-  const float v = pos >= 0 ? p.workspace[ws_index(w, p, m, pos)] : 0.0f;
-  const float out = finish(v, col, m, w, static_cast<const T*>(p.x), p.sxm, p.sxk, static_cast<const T*>(p.bias),
-                           p.activation);
-  static_cast<T*>(p.y)[m * p.sym + static_cast<int64_t>(col) * p.syn] = from_float<T>(out);
-}
-
-template <typename T>
-__global__ void tw_finalize_rows_kernel(PackedTile w, Problem p, bool all_columns) {
-  const int ncols = all_columns ? static_cast<int>(w.N) : w.num_pruned;
-  const int j = blockIdx.x * blockDim.x + threadIdx.x;
-  if (j >= ncols) return;
-  const int col = all_columns ? j : w.pruned_cols[j];
-  const int pos = all_columns ? w.col_pos[col] : -1;
-  for (int64_t m = blockIdx.y; m < p.M; m += gridDim.y) finalize_one<T>(w, p, m, col, pos);
-}
-
-template <typename T>
-__global__ void tw_finalize_cols_kernel(PackedTile w, Problem p, bool all_columns) {
-  const int ncols = all_columns ? static_cast<int>(w.N) : w.num_pruned;
-  for (int j = blockIdx.y; j < ncols; j += gridDim.y) {
-    const int col = all_columns ? j : w.pruned_cols[j];
-    const int pos = all_columns ? w.col_pos[col] : -1;
-    for (int64_t m = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; m < p.M;
-         m += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-      finalize_one<T>(w, p, m, col, pos);
-    }
-  }
+__global__ void tw_finalize_kernel(PackedTile w, Problem p, bool all_columns) {
+  finalize_share<T>(w, p, all_columns, static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x,
+                    static_cast<int64_t>(gridDim.x) * blockDim.x);
 }
 
 template <typename T>
@@ -378,21 +353,12 @@ const char* dispatch_gemv(const PackedTile& w, const Problem& p) {
 
 template <typename T>
 const char* run_finalize(const PackedTile& w, const Problem& p, bool all_columns) {
-  const int64_t ncols = all_columns ? w.N : w.num_pruned;
-  if (ncols == 0 || p.M == 0) return nullptr;
+  const int64_t outputs = finalize_outputs(w, p, all_columns);
+  if (outputs == 0) return nullptr;
   // About 8 CTAs per SM, each looping over many outputs: one output per thread made ~10^5 tiny CTAs whose
   // scheduling, not the stores, set the time.
-  constexpr int64_t kMaxGridY = 65535;
-  const int64_t target_ctas = 8LL * p.num_sms;
-  if (p.sym == 1) {
-    const dim3 grid(1, static_cast<unsigned>(std::min({ncols, target_ctas, kMaxGridY})));
-    tw_finalize_cols_kernel<T><<<grid, 256, 0, p.stream>>>(w, p, all_columns);
-  } else {
-    const int64_t col_blocks = cdiv(ncols, 256);
-    const int64_t row_blocks = std::max<int64_t>(1, target_ctas / col_blocks);
-    const dim3 grid(static_cast<unsigned>(col_blocks), static_cast<unsigned>(std::min({p.M, row_blocks, kMaxGridY})));
-    tw_finalize_rows_kernel<T><<<grid, 256, 0, p.stream>>>(w, p, all_columns);
-  }
+  const int64_t grid = std::min<int64_t>(cdiv(outputs, 256), 8LL * p.num_sms);
+  tw_finalize_kernel<T><<<static_cast<unsigned>(grid), 256, 0, p.stream>>>(w, p, all_columns);
   return check_launch();
 }
 
@@ -428,7 +394,9 @@ const char* run(const PackedTile& w, const Problem& p) {
       return "the requested TW kernel path is unavailable (wgmma needs an sm_90a build, a Hopper GPU and G 64/128)";
   }
   if (e != nullptr) return e;
-  return run_finalize<T>(w, p, plan.path == Path::kGemv || plan.splits > 1);
+  const bool all_columns = plan.path == Path::kGemv || plan.splits > 1;
+  if (plan.path == Path::kWgmmaWs && fills_pruned_columns(p, plan.splits)) return nullptr;
+  return run_finalize<T>(w, p, all_columns);
 }
 
 }  // namespace

@@ -19,9 +19,8 @@ struct WgmmaConfig {
   static constexpr int kStageBytes = kAStageBytes + kBStageBytes;
   static constexpr int kAChunks = kBM / 8, kBChunks = BN / 8;
   static constexpr int kAIters = kBK * kAChunks / kThreads, kBIters = kBK * kBChunks / kThreads;
-  static constexpr int kLdc = BN + 8;
   static constexpr int kPipeBytes = Stages * kStageBytes;
-  static constexpr int kEpiBytes = kBM * kLdc * 4 + BN * 4;
+  static constexpr int kEpiBytes = StagedTile<kBM, BN>::kBytes;
   static constexpr int kSmemBytes = (kPipeBytes > kEpiBytes ? kPipeBytes : kEpiBytes) + 1024;  // + alignment
   static_assert(BN % 64 == 0, "wgmma path covers G = 64 and 128");
 };
@@ -101,19 +100,14 @@ __global__ void __launch_bounds__(256, 1)
     __syncthreads();
     const uint32_t sa = smem_base + ((ks - s0) % kStages) * Cfg::kStageBytes;
     const uint32_t sb = sa + Cfg::kAStageBytes;
-    const int k16_steps = min(BK, p_end - (p0 + ks * BK)) / 16;
 #pragma unroll
     for (int i = 0; i < MIWG; ++i)
 #pragma unroll
       for (int e = 0; e < NACC; ++e) wgmma_fence_operand(acc[i][e]);
     wgmma_fence();
-    // Straight-line MMA sequences (a full step, or the half step a 32-padded tile can end with) let the
-    // compiler chain the wgmmas without extra register fences.
-    if (k16_steps == BK / 16) {
-      wgmma_k_step<T, BN, MIWG, BK / 16>(acc, sa, sb, wg * MIWG, Cfg::kSlabBytes);
-    } else {
-      wgmma_k_step<T, BN, MIWG, BK / 32>(acc, sa, sb, wg * MIWG, Cfg::kSlabBytes);
-    }
+    // Always the full step, one straight-line MMA sequence: the half step a 32-padded tile can end with has
+    // zero-filled rows in both operands, and a branch between two sequences made ptxas serialize every wgmma.
+    wgmma_k_step<T, BN, MIWG, BK / 16>(acc, sa, sb, wg * MIWG, Cfg::kSlabBytes);
     wgmma_commit();
 #pragma unroll
     for (int i = 0; i < MIWG; ++i)
@@ -146,19 +140,20 @@ __global__ void __launch_bounds__(256, 1)
     return;
   }
   __syncthreads();
+  using Staged = StagedTile<BM, BN>;
   float* s_c = reinterpret_cast<float*>(smem);
-  int* s_cols = reinterpret_cast<int*>(s_c + BM * Cfg::kLdc);
+  int* s_cols = Staged::cols(s_c);
 #pragma unroll
   for (int i = 0; i < MIWG; ++i)
 #pragma unroll
     for (int j = 0; j < BN / 8; ++j) {
       const int r = (wg * MIWG + i) * 64 + wq * 16 + g, n = j * 8 + 2 * t4;
-      *reinterpret_cast<float2*>(s_c + r * Cfg::kLdc + n) = make_float2(acc[i][4 * j], acc[i][4 * j + 1]);
-      *reinterpret_cast<float2*>(s_c + (r + 8) * Cfg::kLdc + n) = make_float2(acc[i][4 * j + 2], acc[i][4 * j + 3]);
+      Staged::put(s_c, r, n, acc[i][4 * j], acc[i][4 * j + 1], feature_major_out);
+      Staged::put(s_c, r + 8, n, acc[i][4 * j + 2], acc[i][4 * j + 3], feature_major_out);
     }
   for (int n = tid; n < BN; n += kThreads) s_cols[n] = w.cols[tile * BN + n];
   __syncthreads();
-  store_tile<T, BM, BN, kThreads>(s_c, Cfg::kLdc, s_cols, w, p, m0, feature_major_out, tid);
+  store_tile<T, BM, BN, kThreads>(s_c, s_cols, w, p, m0, feature_major_out, tid);
 #else
   __trap();  // built without sm_90a: the host never selects this kernel (see wgmma_available)
 #endif

@@ -4,9 +4,14 @@
 //    of 128-byte-swizzled stages with 16-byte cp.async; each thread's copies arrive on the stage's "full" mbarrier
 //    by themselves (cp.async.mbarrier.arrive.noinc), so the producer runs ahead without waiting on its own loads;
 //  - two consumer warpgroups (many registers) wait on "full", issue wgmma, keep one K step in flight and hand the
-//    stage before it back through its "empty" mbarrier; no CTA-wide barrier after the setup;
+//    stage before it back through its "empty" mbarrier; no CTA-wide barrier after the setup. Ping-pong configs
+//    give each item to one warpgroup in turn, so one warpgroup's epilogue runs while the other's MMAs keep the
+//    tensor cores busy; cooperative configs split each item's rows between both, for items twice as tall, which
+//    halves the packed-value traffic per MMA on large problems;
 //  - one CTA per SM walks a static list of work items, so the producer already fills the next item's stages while
-//    the consumers run the epilogue of the current one.
+//    the consumers run the epilogue of the current one; with a feature-major y, whenever it would wait for a free
+//    stage it writes a run of the pruned columns (bias, residual, activation) instead, so those stores overlap the
+//    MMAs rather than taking a launch of their own.
 #include <algorithm>
 
 #include "sm90_wgmma.cuh"
@@ -16,27 +21,30 @@ namespace sparseprune {
 namespace tw {
 namespace {
 
-// Registers per thread after the split: the gather needs few, the accumulators many; 128 * 56 + 256 * 224 is the
+// Registers per thread after the split: the gather needs few, the accumulators many; 128 * 72 + 256 * 216 is the
 // 384 * 168 the CTA launches with.
-constexpr int kProducerRegs = 56;
-constexpr int kConsumerRegs = 224;
+constexpr int kProducerRegs = 72;
+constexpr int kConsumerRegs = 216;
 
-// BN = G output columns, BM = 128 * MIWG rows (each consumer warpgroup owns MIWG blocks of 64 rows).
-template <int BN, int MIWG, int Stages>
+// BN = G output columns; each consumer warpgroup owns MIWG blocks of 64 rows of an item, which is BM = 64 * MIWG
+// rows in ping-pong (one warpgroup per item) and 128 * MIWG when cooperative (both warpgroups on every item).
+template <int BN, int MIWG, int Stages, bool Cooperative>
 struct WsConfig {
-  static constexpr int kBM = 128 * MIWG, kBN = BN, kBK = 64, kStages = Stages, kMIWG = MIWG;
+  static constexpr bool kCooperative = Cooperative;
+  static constexpr int kConsumersPerItem = Cooperative ? 2 : 1;
+  static constexpr int kBM = 64 * MIWG * kConsumersPerItem, kBN = BN, kBK = 64, kStages = Stages, kMIWG = MIWG;
   static constexpr int kWarpgroup = 128, kThreads = 3 * kWarpgroup;
   static constexpr int kSlabBytes = kBK * 128;  // 64 M (or N) elements x 64 K rows
   static constexpr int kAStageBytes = kBM / 64 * kSlabBytes, kBStageBytes = BN / 64 * kSlabBytes;
   static constexpr int kStageBytes = kAStageBytes + kBStageBytes;
   static constexpr int kAChunks = kBM / 8, kBChunks = BN / 8;  // 16-byte chunks per K row
-  static constexpr int kLdc = BN + 8;  // fp32 staging stride: conflict-free float2 stores
   // Each consumer warpgroup stages its results 64 rows at a time in its own buffer, apart from the ring, so the
   // producer keeps filling stages during the epilogue.
-  static constexpr int kEpiBytes = 64 * kLdc * 4 + BN * 4;
+  static constexpr int kEpiBytes = StagedTile<64, BN>::kBytes;
   static constexpr int kPipeBytes = Stages * kStageBytes;
   static constexpr int kBarOffset = kPipeBytes + 2 * kEpiBytes;
-  static constexpr int kSmemBytes = kBarOffset + 2 * Stages * 8 + 1024;  // + 1024-byte alignment of the ring
+  // full and empty per stage, then one mainloop-order barrier per consumer warpgroup.
+  static constexpr int kSmemBytes = kBarOffset + (2 * Stages + 2) * 8 + 1024;  // + 1024-byte alignment of the ring
   static_assert(BN % 64 == 0, "wgmma covers G = 64 and 128");
   static_assert(kEpiBytes % 8 == 0, "mbarriers need 8-byte alignment");
 };
@@ -87,7 +95,8 @@ struct StageCover {
 };
 
 #ifdef SPARSEPRUNE_WGMMA
-// Producer warpgroup: fills stage after stage, each one K step (64 kept rows) of one item.
+// Producer warpgroup: fills stage after stage, each one K step (64 kept rows) of one item, and writes its CTA's
+// share of the pruned columns while it waits for free stages (the rest once it has issued the last one).
 template <typename T, typename Cfg>
 __device__ __forceinline__ void produce(const PackedTile& w, const Problem& p, int m_blocks, int splits,
                                         uint32_t ring, uint32_t full, uint32_t empty) {
@@ -102,6 +111,11 @@ __device__ __forceinline__ void produce(const PackedTile& w, const Problem& p, i
   const T* vals = static_cast<const T*>(w.values);
   const int64_t ldx = p.sxk;
   const int num_items = w.num_tiles * m_blocks * splits;
+  // The finalize pass takes every column after split-K, and a row-major y's pruned columns (one 2-byte store per
+  // output, better spread over a full grid): then the cursor starts done.
+  const int64_t workers = static_cast<int64_t>(gridDim.x) * Cfg::kWarpgroup;
+  FinalizeCursor<T> fill(w, p, false, static_cast<int64_t>(blockIdx.x) * Cfg::kWarpgroup + tid,
+                         fills_pruned_columns(p, splits) ? workers : 0);
   int stage = 0;
   uint32_t phase = 0;
   for (int round = 0; round * static_cast<int>(gridDim.x) < num_items; ++round) {
@@ -124,7 +138,13 @@ __device__ __forceinline__ void produce(const PackedTile& w, const Problem& p, i
     for (int ks = it.s0; ks < it.s1; ++ks) {
       int next_lo, next_hi;
       fetch_rows(ks + 1, next_lo, next_hi);
-      mbarrier_wait(empty + stage * 8, phase ^ 1);  // the consumers are done with this stage's previous use
+      // Pruned-column runs until the consumers are done with this stage's previous use (lane 0 decides for the
+      // warp, which stays converged for the shuffles below).
+      while (__any_sync(0xffffffffu, !fill.done())) {
+        if (__shfl_sync(0xffffffffu, mbarrier_test_wait(empty + stage * 8, phase ^ 1) ? 1 : 0, 0) != 0) break;
+        if (!fill.done()) fill.step(w, p);
+      }
+      mbarrier_wait(empty + stage * 8, phase ^ 1);
       const uint32_t sa = ring + stage * Cfg::kStageBytes;
 #pragma unroll
       for (int j = 0; j < A::kRowPasses; ++j) {
@@ -157,6 +177,7 @@ __device__ __forceinline__ void produce(const PackedTile& w, const Problem& p, i
       rows_hi = next_hi;
     }
   }
+  while (!fill.done()) fill.step(w, p);
   cp_async_wait<0>();  // nothing in flight when the warpgroup exits
 }
 
@@ -168,29 +189,19 @@ __device__ __forceinline__ void fence_accumulators(float (&acc)[MIWG][NACC]) {
     for (int e = 0; e < NACC; ++e) wgmma_fence_operand(acc[i][e]);
 }
 
-// Epilogue of one consumer warpgroup (cwg) for one item: split-K partial sums straight into the workspace, else
-// 64 rows at a time through the warpgroup's staging buffer and store_tile (bias, residual, activation, cols).
+// Epilogue of one consumer warpgroup (cwg) for one item, 64 rows at a time through the warpgroup's staging buffer:
+// store_tile (bias, residual, activation, cols), or split-K partial sums into the workspace.
 template <typename T, typename Cfg>
 __device__ __forceinline__ void consumer_epilogue(const PackedTile& w, const Problem& p, const WorkItem& it,
                                                   int splits, bool feature_major_out, int cwg,
                                                   float (&acc)[Cfg::kMIWG][Cfg::kBN / 2], unsigned char* stage_c) {
-  constexpr int BN = Cfg::kBN, MIWG = Cfg::kMIWG, NACC = BN / 2;
+  constexpr int BN = Cfg::kBN, MIWG = Cfg::kMIWG;
   const int wtid = threadIdx.x % Cfg::kWarpgroup, lane = wtid & 31, wq = wtid >> 5, g = lane >> 2, t4 = lane & 3;
-  if (splits > 1) {
-#pragma unroll
-    for (int i = 0; i < MIWG; ++i)
-#pragma unroll
-      for (int e = 0; e < NACC; ++e) {
-        const int64_t m = it.m0 + (cwg * MIWG + i) * 64 + wq * 16 + g + ((e >> 1) & 1) * 8;
-        const int n = (e >> 2) * 8 + 2 * t4 + (e & 1);
-        if (m < p.M) atomicAdd(p.workspace + ws_index(w, p, m, static_cast<int64_t>(it.tile) * BN + n), acc[i][e]);
-      }
-    return;
-  }
+  using Staged = StagedTile<64, BN>;
   float* s_c = reinterpret_cast<float*>(stage_c);
-  int* s_cols = reinterpret_cast<int*>(s_c + 64 * Cfg::kLdc);
+  int* s_cols = Staged::cols(s_c);
   const int bar_id = 1 + cwg;
-  // A rolled loop keeps one copy of store_tile; the accumulators are still indexed by compile-time b only.
+  // A rolled loop keeps one copy of the stores; the accumulators are still indexed by compile-time b only.
 #pragma unroll 1
   for (int i = 0; i < MIWG; ++i) {
     named_barrier_sync<Cfg::kWarpgroup>(bar_id);  // the previous rows' stores are done reading the buffer
@@ -200,36 +211,60 @@ __device__ __forceinline__ void consumer_epilogue(const PackedTile& w, const Pro
 #pragma unroll
       for (int j = 0; j < BN / 8; ++j) {
         const int r = wq * 16 + g, n = j * 8 + 2 * t4;
-        *reinterpret_cast<float2*>(s_c + r * Cfg::kLdc + n) = make_float2(acc[b][4 * j], acc[b][4 * j + 1]);
-        *reinterpret_cast<float2*>(s_c + (r + 8) * Cfg::kLdc + n) =
-            make_float2(acc[b][4 * j + 2], acc[b][4 * j + 3]);
+        Staged::put(s_c, r, n, acc[b][4 * j], acc[b][4 * j + 1], feature_major_out);
+        Staged::put(s_c, r + 8, n, acc[b][4 * j + 2], acc[b][4 * j + 3], feature_major_out);
       }
     }
     if (i == 0) {
       for (int n = wtid; n < BN; n += Cfg::kWarpgroup) s_cols[n] = w.cols[it.tile * BN + n];
     }
     named_barrier_sync<Cfg::kWarpgroup>(bar_id);
-    store_tile<T, 64, BN, Cfg::kWarpgroup>(s_c, Cfg::kLdc, s_cols, w, p, it.m0 + (cwg * MIWG + i) * 64,
-                                           feature_major_out, wtid);
+    const int64_t m0 = it.m0 + ((Cfg::kCooperative ? cwg * MIWG : 0) + i) * 64;
+    if (splits > 1) {
+      add_partial_tile<64, BN, Cfg::kWarpgroup>(s_c, w, p, m0, it.tile, feature_major_out, wtid);
+    } else {
+      store_tile<T, 64, BN, Cfg::kWarpgroup>(s_c, s_cols, w, p, m0, feature_major_out, wtid);
+    }
   }
 }
 
-// Consumer warpgroup cwg (0 or 1): MMAs on its 64 * MIWG rows of every item, then its share of the epilogue.
+// Moves a ring position `steps` stages on; the parity flips at every wrap.
+template <int Stages>
+__device__ __forceinline__ void advance_ring(int& stage, uint32_t& phase, int steps) {
+  stage += steps;
+  phase ^= static_cast<uint32_t>(stage / Stages) & 1u;
+  stage %= Stages;
+}
+
+// Consumer warpgroup cwg (0 or 1). Cooperative: MMAs on its 64 * MIWG rows of every item, then its share of the
+// epilogue. Ping-pong: the CTA's items alternate between the two warpgroups; for each of its own it runs the MMAs
+// over all BM rows and then the epilogue, and it skips the other warpgroup's stages in the ring. The mainloops take
+// turns through the order barriers (order + 8 * cwg is this warpgroup's): a parity wait tells
+// apart only two phases, so a warpgroup must not wait on a stage of its next item before the other one has waited
+// on every stage of the item between, or it could see a phase two laps old as complete.
 template <typename T, typename Cfg>
 __device__ __forceinline__ void consume(const PackedTile& w, const Problem& p, int m_blocks, int splits,
                                         bool feature_major_out, int cwg, uint32_t ring, uint32_t full,
-                                        uint32_t empty, unsigned char* stage_c) {
+                                        uint32_t empty, uint32_t order, unsigned char* stage_c) {
   constexpr int BK = Cfg::kBK, MIWG = Cfg::kMIWG, NACC = Cfg::kBN / 2;
   const bool release_lane = (threadIdx.x & 31) == 0;
   const int num_items = w.num_tiles * m_blocks * splits;
-  int stage = 0;
-  uint32_t phase = 0;
+  int stage = 0, turn = 0;
+  uint32_t phase = 0, order_parity = cwg == 0 ? 1 : 0;  // warpgroup 0 goes first: a fresh barrier passes parity 1
   float acc[MIWG][NACC];
   for (int round = 0; round * static_cast<int>(gridDim.x) < num_items; ++round) {
     const int item = scheduled_item(round);
     if (item >= num_items) continue;
     const WorkItem it = work_item<Cfg>(w, item, m_blocks, splits);
     if (it.empty) continue;
+    if constexpr (!Cfg::kCooperative) {
+      if ((turn++ & 1) != cwg) {
+        advance_ring<Cfg::kStages>(stage, phase, it.s1 - it.s0);
+        continue;
+      }
+      mbarrier_wait(order + 8 * cwg, order_parity);
+      order_parity ^= 1;
+    }
 #pragma unroll
     for (int i = 0; i < MIWG; ++i)
 #pragma unroll
@@ -239,15 +274,11 @@ __device__ __forceinline__ void consume(const PackedTile& w, const Problem& p, i
       mbarrier_wait(full + stage * 8, phase);
       fence_proxy_async();  // cp.async wrote through the generic proxy; wgmma reads through the async proxy
       const uint32_t sa = ring + stage * Cfg::kStageBytes, sb = sa + Cfg::kAStageBytes;
-      const int k16_steps = min(BK, it.p_end - (it.p0 + ks * BK)) / 16;
       fence_accumulators(acc);
       wgmma_fence();
-      // Straight-line MMA sequences: a full step, or the half step a 32-padded tile can end with.
-      if (k16_steps == BK / 16) {
-        wgmma_k_step<T, Cfg::kBN, MIWG, BK / 16>(acc, sa, sb, cwg * MIWG, Cfg::kSlabBytes);
-      } else {
-        wgmma_k_step<T, Cfg::kBN, MIWG, BK / 32>(acc, sa, sb, cwg * MIWG, Cfg::kSlabBytes);
-      }
+      // Always the full step, one straight-line MMA sequence: the half step a 32-padded tile can end with has
+      // zero-filled rows in both operands, and a branch between two sequences made ptxas serialize every wgmma.
+      wgmma_k_step<T, Cfg::kBN, MIWG, BK / 16>(acc, sa, sb, Cfg::kCooperative ? cwg * MIWG : 0, Cfg::kSlabBytes);
       wgmma_commit();
       wgmma_wait<1>();  // the previous step's MMAs are done: its stage goes back to the producer
       fence_accumulators(acc);
@@ -257,6 +288,9 @@ __device__ __forceinline__ void consume(const PackedTile& w, const Problem& p, i
         stage = 0;
         phase ^= 1;
       }
+    }
+    if (!Cfg::kCooperative && release_lane) {
+      mbarrier_arrive(order + 8 * (1 - cwg));  // every stage of this item waited on: the other's turn
     }
     wgmma_wait<0>();
     fence_accumulators(acc);
@@ -274,13 +308,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // 128-byte swizzle atoms must sit on 1024-byte boundaries.
   unsigned char* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
   const uint32_t ring = smem_addr(smem);
-  const uint32_t full = ring + Cfg::kBarOffset, empty = full + Cfg::kStages * 8;
+  const uint32_t full = ring + Cfg::kBarOffset, empty = full + Cfg::kStages * 8, order = empty + Cfg::kStages * 8;
   const int wg = threadIdx.x / Cfg::kWarpgroup;
   if (threadIdx.x == 0) {
     for (int s = 0; s < Cfg::kStages; ++s) {
       mbarrier_init(full + s * 8, Cfg::kWarpgroup);  // one cp.async arrival per producer thread
-      mbarrier_init(empty + s * 8, 8);                // one arrival per consumer warp
+      mbarrier_init(empty + s * 8, 4 * Cfg::kConsumersPerItem);  // one arrival per consuming warp
     }
+    mbarrier_init(order, 4);  // one arrival per warp of the other warpgroup
+    mbarrier_init(order + 8, 4);
     fence_mbarrier_init();
   }
   __syncthreads();
@@ -290,19 +326,19 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   } else {
     setmaxnreg_inc<kConsumerRegs>();
     unsigned char* stage_c = smem + Cfg::kPipeBytes + (wg - 1) * Cfg::kEpiBytes;
-    consume<T, Cfg>(w, p, m_blocks, splits, feature_major_out, wg - 1, ring, full, empty, stage_c);
+    consume<T, Cfg>(w, p, m_blocks, splits, feature_major_out, wg - 1, ring, full, empty, order, stage_c);
   }
 #else
   __trap();  // built without sm_90a: the host never selects this kernel (see wgmma_available)
 #endif
 }
 
-// G = 128: 256 x 128 CTA tiles (3 stages of 48 KB) when every SM gets two items, else 128 x 128 (4 of 32 KB).
-// G = 64: 256 x 64 (4 of 40 KB) or 128 x 64 (6 of 24 KB).
-using Ws128x256 = WsConfig<128, 2, 3>;
-using Ws128x128 = WsConfig<128, 1, 4>;
-using Ws64x256 = WsConfig<64, 2, 4>;
-using Ws64x128 = WsConfig<64, 1, 6>;
+// Cooperative 256-row items (3 stages of 48 KB for G = 128, 4 of 40 KB for G = 64) when every SM gets two of them,
+// else ping-pong 128-row items (4 stages of 32 KB, or 6 of 24 KB).
+using Ws128x256 = WsConfig<128, 2, 3, true>;
+using Ws128x128 = WsConfig<128, 2, 4, false>;
+using Ws64x256 = WsConfig<64, 2, 4, true>;
+using Ws64x128 = WsConfig<64, 2, 6, false>;
 
 // One persistent CTA per SM (at most one per item).
 template <typename T, typename Cfg>
