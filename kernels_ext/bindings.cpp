@@ -161,21 +161,29 @@ at::Tensor tw_matmul(const at::Tensor& x, const at::Tensor& values, const at::Te
   p.syn = feature_major ? M : 1;
   p.y_vec16 = aligned16(p.y) && (feature_major ? M % 8 == 0 : N % 8 == 0);
 
-  // Large M reads x feature-major; a row-major x is transposed once here (fused-transpose-free callers pass
-  // feature_major=true and skip it).
-  at::Tensor xt;
-  if (feature_major || M <= tw::kSmallM) {
+  // Large M runs feature-major. A row-major x is transposed here, and the result comes back through a transpose
+  // too: the kernel writes a feature-major y as whole 128-byte column runs, while a row-major y's kept columns are
+  // scattered over each row, so its stores would be a few bytes per sector (fused-transpose-free callers pass
+  // feature_major=true and skip both).
+  at::Tensor xt, yt;
+  const bool transposes = !feature_major && M > tw::kSmallM;
+  const int64_t ldt = (M + 7) / 8 * 8;
+  if (!transposes) {
     p.x = x.data_ptr();
     p.sxm = feature_major ? 1 : K;
     p.sxk = feature_major ? M : 1;
   } else {
-    const int64_t ldt = (M + 7) / 8 * 8;
     xt = at::empty({K, ldt}, opts);
-    const char* err = tw::launch_transpose(x.data_ptr(), xt.data_ptr(), M, K, ldt, p.dtype, stream);
+    const char* err = tw::launch_transpose(x.data_ptr(), xt.data_ptr(), M, K, K, ldt, p.dtype, stream);
     TORCH_CHECK(err == nullptr, "transpose launch failed: ", err ? err : "");
     p.x = xt.data_ptr();
     p.sxm = 1;
     p.sxk = ldt;
+    yt = at::empty({N, ldt}, opts);
+    p.y = yt.data_ptr();
+    p.sym = 1;
+    p.syn = ldt;
+    p.y_vec16 = aligned16(p.y);
   }
   at::Tensor workspace;
   if (tw::needs_workspace(w, p)) {
@@ -185,6 +193,10 @@ at::Tensor tw_matmul(const at::Tensor& x, const at::Tensor& values, const at::Te
   }
   const char* err = tw::launch_tw_matmul(w, p);
   TORCH_CHECK(err == nullptr, "tw_matmul launch failed: ", err ? err : "");
+  if (transposes) {
+    err = tw::launch_transpose(yt.data_ptr(), y.data_ptr(), N, M, ldt, N, p.dtype, stream);
+    TORCH_CHECK(err == nullptr, "transpose launch failed: ", err ? err : "");
+  }
   return y;
 }
 

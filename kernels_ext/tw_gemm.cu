@@ -299,18 +299,42 @@ __global__ void tw_finalize_kernel(PackedTile w, Problem p, bool all_columns) {
                     static_cast<int64_t>(gridDim.x) * blockDim.x);
 }
 
+// out[c*ld_out + r] = in[r*ld_in + c] for r < R, c < C, through 64 x 64 tiles in shared memory: 16-byte loads along
+// C and 16-byte stores along R (`vec`: both leading dimensions multiples of 8 and both pointers 16-byte aligned), else
+// element by element at the edges. The tile rows are padded to 33 words, so that both phases stay (nearly)
+// conflict-free.
 template <typename T>
-__global__ void transpose_kernel(const T* __restrict__ x, T* __restrict__ xt, int64_t M, int64_t K, int64_t ldt) {
-  __shared__ T tile[32][33];
-  const int64_t m0 = static_cast<int64_t>(blockIdx.y) * 32, k0 = static_cast<int64_t>(blockIdx.x) * 32;
-  for (int r = threadIdx.y; r < 32; r += 8) {
-    const int64_t m = m0 + r, k = k0 + threadIdx.x;
-    if (m < M && k < K) tile[r][threadIdx.x] = x[m * K + k];
+__global__ void __launch_bounds__(256) transpose_kernel(const T* __restrict__ in, T* __restrict__ out, int64_t R,
+                                                        int64_t C, int64_t ld_in, int64_t ld_out, bool vec) {
+  __shared__ T tile[64][66];
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * 64, c0 = static_cast<int64_t>(blockIdx.x) * 64;
+  for (int i = threadIdx.x; i < 64 * 8; i += blockDim.x) {
+    const int r = i / 8, chunk = i % 8;
+    const int64_t gr = r0 + r, gc = c0 + chunk * 8;
+    alignas(16) T v[8];
+    if (vec && gr < R && gc + 8 <= C) {
+      *reinterpret_cast<uint4*>(v) = *reinterpret_cast<const uint4*>(in + gr * ld_in + gc);
+    } else {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) v[e] = gr < R && gc + e < C ? in[gr * ld_in + gc + e] : from_float<T>(0.0f);
+    }
+#pragma unroll
+    for (int e = 0; e < 8; ++e) tile[r][chunk * 8 + e] = v[e];
   }
   __syncthreads();
-  for (int r = threadIdx.y; r < 32; r += 8) {
-    const int64_t k = k0 + r, m = m0 + threadIdx.x;
-    if (m < M && k < K) xt[k * ldt + m] = tile[threadIdx.x][r];
+  for (int i = threadIdx.x; i < 64 * 8; i += blockDim.x) {
+    const int c = i / 8, chunk = i % 8;
+    const int64_t gc = c0 + c, gr = r0 + chunk * 8;
+    if (gc >= C) continue;
+    alignas(16) T v[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) v[e] = tile[chunk * 8 + e][c];
+    T* dst = out + gc * ld_out + gr;
+    if (vec && gr + 8 <= R) {
+      *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(v);
+    } else {
+      for (int e = 0; e < 8 && gr + e < R; ++e) dst[e] = v[e];
+    }
   }
 }
 
@@ -435,16 +459,19 @@ const char* launch_tw_matmul(const PackedTile& w, const Problem& p) {
   return p.dtype == DType::kHalf ? run<__half>(w, p) : run<__nv_bfloat16>(w, p);
 }
 
-const char* launch_transpose(const void* x, void* xt, int64_t M, int64_t K, int64_t ldt, DType dtype,
-                             cudaStream_t stream) {
-  if (M == 0 || K == 0) return nullptr;
-  const dim3 grid(cdiv(K, 32), cdiv(M, 32)), block(32, 8);
+const char* launch_transpose(const void* in, void* out, int64_t R, int64_t C, int64_t ld_in, int64_t ld_out,
+                             DType dtype, cudaStream_t stream) {
+  if (R == 0 || C == 0) return nullptr;
+  const auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
+  const bool vec = ld_in % 8 == 0 && ld_out % 8 == 0 && aligned(in) && aligned(out);
+  const dim3 grid(cdiv(C, 64), cdiv(R, 64));
   if (dtype == DType::kHalf) {
-    transpose_kernel<__half><<<grid, block, 0, stream>>>(static_cast<const __half*>(x), static_cast<__half*>(xt),
-                                                         M, K, ldt);
+    transpose_kernel<__half><<<grid, 256, 0, stream>>>(static_cast<const __half*>(in), static_cast<__half*>(out), R, C,
+                                                       ld_in, ld_out, vec);
   } else {
-    transpose_kernel<__nv_bfloat16><<<grid, block, 0, stream>>>(static_cast<const __nv_bfloat16*>(x),
-                                                                static_cast<__nv_bfloat16*>(xt), M, K, ldt);
+    transpose_kernel<__nv_bfloat16><<<grid, 256, 0, stream>>>(static_cast<const __nv_bfloat16*>(in),
+                                                              static_cast<__nv_bfloat16*>(out), R, C, ld_in, ld_out,
+                                                              vec);
   }
   return check_launch();
 }

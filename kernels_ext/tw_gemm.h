@@ -72,9 +72,9 @@ bool needs_workspace(const PackedTile& w, const Problem& p);
 // Returns nullptr on success, else a static error message (the launch error is checked after every kernel).
 const char* launch_tw_matmul(const PackedTile& w, const Problem& p);
 
-// xt[k*ldt + m] = x[m*K + k]: row-major (M x K) activations to feature-major (K x ldt).
-const char* launch_transpose(const void* x, void* xt, int64_t M, int64_t K, int64_t ldt, DType dtype,
-                             cudaStream_t stream);
+// out[c*ld_out + r] = in[r*ld_in + c] for an R x C matrix: row-major activations to feature-major and back.
+const char* launch_transpose(const void* in, void* out, int64_t R, int64_t C, int64_t ld_in, int64_t ld_out,
+                             DType dtype, cudaStream_t stream);
 
 }  // namespace tw
 }  // namespace sparseprune
