@@ -66,26 +66,12 @@ __device__ __forceinline__ void activate_run(float (&v)[Count], Activation act) 
   }
 }
 
-// Bias and TEW residual for output (m, col), before the activation; x is read through its strides.
-template <typename T>
-__device__ __forceinline__ float add_bias_residual(float v, int col, int64_t m, const PackedTile& w, const T* x,
-                                                   int64_t sxm, int64_t sxk, const T* bias) {
-  if (bias != nullptr) v += to_float(bias[col]);
-  if (w.res_ptr != nullptr) {
-    const T* res_vals = static_cast<const T*>(w.res_vals);
-#pragma unroll 1
-    for (int e = w.res_ptr[col]; e < w.res_ptr[col + 1]; ++e) {
-      v += to_float(x[m * sxm + static_cast<int64_t>(w.res_rows[e]) * sxk]) * to_float(res_vals[e]);
-    }
-  }
-  return v;
-}
-
-// Bias and TEW residual for outputs m0 .. m0+Run-1 of one column (those below M); x is read through its strides.
-// One bias load and one residual walk serve the whole run.
+// Bias and TEW residual for outputs m0 .. m0+Run-1 of one column (those below M), before the activation; x is
+// read through its strides. One bias load and one residual walk serve the whole run.
 template <typename T, int Run>
 __device__ __forceinline__ void add_bias_residual_run(float (&v)[Run], int col, int64_t m0, const PackedTile& w,
-                                                      const Problem& p, const T* x, int64_t sxm, int64_t sxk) {
+                                                      const Problem& p) {
+  const T* x = static_cast<const T*>(p.x);
   const T* bias = static_cast<const T*>(p.bias);
   if (bias != nullptr) {
     const float b = to_float(bias[col]);
@@ -97,10 +83,10 @@ __device__ __forceinline__ void add_bias_residual_run(float (&v)[Run], int col, 
 #pragma unroll 1
   for (int r = w.res_ptr[col]; r < w.res_ptr[col + 1]; ++r) {
     const float rv = to_float(res_vals[r]);
-    const T* xr = x + static_cast<int64_t>(w.res_rows[r]) * sxk;
+    const T* xr = x + static_cast<int64_t>(w.res_rows[r]) * p.sxk;
 #pragma unroll
     for (int e = 0; e < Run; ++e) {
-      if (m0 + e < p.M) v[e] += to_float(xr[(m0 + e) * sxm]) * rv;
+      if (m0 + e < p.M) v[e] += to_float(xr[(m0 + e) * p.sxm]) * rv;
     }
   }
 }
@@ -122,6 +108,21 @@ __device__ __forceinline__ void store8(T* dst, const float (&v)[8]) {
 #pragma unroll
   for (int e = 0; e < 8; ++e) out[e] = from_float<T>(v[e]);
   *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(out);
+}
+
+// Finishes outputs m0 .. m0+7 of column col of a feature-major y (bias, residual, activation) and stores them: one
+// 16-byte store, or element by element at the tail of M or on an unaligned y.
+template <typename T>
+__device__ __forceinline__ void finish_column_run(float (&v)[8], int col, int64_t m0, const PackedTile& w,
+                                                  const Problem& p) {
+  add_bias_residual_run<T, 8>(v, col, m0, w, p);
+  activate_run(v, p.activation);
+  T* dst = static_cast<T*>(p.y) + static_cast<int64_t>(col) * p.syn + m0;
+  if (p.y_vec16 && m0 + 8 <= p.M) {
+    store8(dst, v);
+  } else {
+    for (int e = 0; e < 8 && m0 + e < p.M; ++e) dst[e] = from_float<T>(v[e]);
+  }
 }
 
 // A finished fp32 BM x BN tile staged in shared memory before it leaves through `cols`. The layout follows the
@@ -186,10 +187,7 @@ template <typename T, int BM, int BN, int kThreads>
 __device__ __forceinline__ void store_tile(const float* s_c, const int* s_cols, const PackedTile& w,
                                            const Problem& p, int64_t m0, bool feature_major_out, int tid) {
   using Staged = StagedTile<BM, BN>;
-  const int64_t M = p.M, ldx = p.sxk;
-  const T* x = static_cast<const T*>(p.x);
-  T* y = static_cast<T*>(p.y);
-  const T* bias = static_cast<const T*>(p.bias);
+  const int64_t M = p.M;
   if (feature_major_out) {  // y[col*syn + m]: a run of 8 consecutive m per thread, consecutive lanes along m
     constexpr int kRuns = BM / 8;
     for (int it = tid; it < kRuns * BN; it += kThreads) {
@@ -199,14 +197,7 @@ __device__ __forceinline__ void store_tile(const float* s_c, const int* s_cols, 
       if (col < 0 || mbase >= M) continue;
       float v[8];
       load8_shared(s_c + n * Staged::kColLd + c * 8, c, v);
-      add_bias_residual_run<T, 8>(v, col, mbase, w, p, x, 1, ldx);
-      activate_run(v, p.activation);
-      T* dst = y + static_cast<int64_t>(col) * p.syn + mbase;
-      if (p.y_vec16 && mbase + 8 <= M) {
-        store8(dst, v);
-      } else {
-        for (int e = 0; e < 8 && mbase + e < M; ++e) dst[e] = from_float<T>(v[e]);
-      }
+      finish_column_run<T>(v, col, mbase, w, p);
     }
   } else {  // y[m*sym + col]: a run of 8 contiguous, aligned columns goes out as one 16-byte store
     constexpr int kRuns = BN / 8;
@@ -220,10 +211,12 @@ __device__ __forceinline__ void store_tile(const float* s_c, const int* s_cols, 
 #pragma unroll
       for (int e = 0; e < 8; ++e) {
         const int col = s_cols[n0 + e];
-        v[e] = col < 0 ? 0.0f : add_bias_residual(v[e], col, m, w, x, 1, ldx, bias);
+        float out[1] = {col < 0 ? 0.0f : v[e]};
+        if (col >= 0) add_bias_residual_run<T, 1>(out, col, m, w, p);
+        v[e] = out[0];
       }
       activate_run(v, p.activation);
-      T* row = y + m * p.sym;
+      T* row = static_cast<T*>(p.y) + m * p.sym;
       if (p.y_vec16 && col0 % 8 == 0 && s_cols[n0 + 7] == col0 + 7) {
         store8(row + col0, v);
       } else {
@@ -237,28 +230,23 @@ __device__ __forceinline__ void store_tile(const float* s_c, const int* s_cols, 
   }
 }
 
-// Outputs m0 .. m0+Run-1 of column col, whose partial sums sit at workspace position pos (-1: a pruned column,
-// zero before bias and residual). Runs of 8 along a feature-major y leave as one 16-byte store.
+// Outputs of column col, whose partial sums sit at workspace position pos (-1: a pruned column, zero before bias
+// and residual): Run = 8, outputs m0 .. m0+7 of a feature-major y; Run = 1, output m0 of a row-major one.
 template <typename T, int Run>
 __device__ __forceinline__ void finalize_run(const PackedTile& w, const Problem& p, int64_t m0, int col, int pos) {
+  static_assert(Run == 1 || Run == 8, "runs of 8 along a feature-major y, single outputs along a row-major one");
   float v[Run];
 #pragma unroll
   for (int e = 0; e < Run; ++e) {
     const int64_t m = m0 + e;
     v[e] = pos >= 0 && m < p.M ? p.workspace[ws_index(w, p, m, pos)] : 0.0f;
   }
-  add_bias_residual_run<T, Run>(v, col, m0, w, p, static_cast<const T*>(p.x), p.sxm, p.sxk);
-  activate_run(v, p.activation);
-  T* dst = static_cast<T*>(p.y) + m0 * p.sym + static_cast<int64_t>(col) * p.syn;
   if constexpr (Run == 8) {
-    if (p.sym == 1 && p.y_vec16 && m0 + 8 <= p.M) {
-      store8(dst, v);
-      return;
-    }
-  }
-#pragma unroll
-  for (int e = 0; e < Run; ++e) {
-    if (m0 + e < p.M) dst[e * p.sym] = from_float<T>(v[e]);
+    finish_column_run<T>(v, col, m0, w, p);
+  } else {
+    add_bias_residual_run<T, 1>(v, col, m0, w, p);
+    activate_run(v, p.activation);
+    static_cast<T*>(p.y)[m0 * p.sym + static_cast<int64_t>(col) * p.syn] = from_float<T>(v[0]);
   }
 }
 

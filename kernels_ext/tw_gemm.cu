@@ -289,10 +289,8 @@ __global__ void __launch_bounds__(256) tw_gemv_kernel(PackedTile w, Problem p, i
   }
 }
 
-// Epilogue for columns no tensor-core CTA wrote: every column after a split-K/GEMV pass (all_columns),
-// else only the pruned ones (bias and TEW residual, then activation). Two mappings keep the stores coalesced:
-// a row-major y walks the column list across threads, a feature-major y walks M across threads.
-// Epilogue for the columns no tensor-core CTA wrote (see finalize_share).
+// Epilogue for the columns no tensor-core CTA wrote: every column after a split-K/GEMV pass (all_columns), else
+// only the pruned ones (see finalize_share).
 template <typename T>
 __global__ void tw_finalize_kernel(PackedTile w, Problem p, bool all_columns) {
   finalize_share<T>(w, p, all_columns, static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x,
