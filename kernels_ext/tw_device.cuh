@@ -110,19 +110,25 @@ __device__ __forceinline__ void store8(T* dst, const float (&v)[8]) {
   *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(out);
 }
 
-// Finishes outputs m0 .. m0+7 of column col of a feature-major y (bias, residual, activation) and stores them: one
-// 16-byte store, or element by element at the tail of M or on an unaligned y.
+// Stores outputs m0 .. m0+7 of column col of a feature-major y: one 16-byte store, or element by element at the
+// tail of M or on an unaligned y.
 template <typename T>
-__device__ __forceinline__ void finish_column_run(float (&v)[8], int col, int64_t m0, const PackedTile& w,
-                                                  const Problem& p) {
-  add_bias_residual_run<T, 8>(v, col, m0, w, p);
-  activate_run(v, p.activation);
+__device__ __forceinline__ void store_column_run(const float (&v)[8], int col, int64_t m0, const Problem& p) {
   T* dst = static_cast<T*>(p.y) + static_cast<int64_t>(col) * p.syn + m0;
   if (p.y_vec16 && m0 + 8 <= p.M) {
     store8(dst, v);
   } else {
     for (int e = 0; e < 8 && m0 + e < p.M; ++e) dst[e] = from_float<T>(v[e]);
   }
+}
+
+// Finishes outputs m0 .. m0+7 of column col of a feature-major y (bias, residual, activation) and stores them.
+template <typename T>
+__device__ __forceinline__ void finish_column_run(float (&v)[8], int col, int64_t m0, const PackedTile& w,
+                                                  const Problem& p) {
+  add_bias_residual_run<T, 8>(v, col, m0, w, p);
+  activate_run(v, p.activation);
+  store_column_run<T>(v, col, m0, p);
 }
 
 // A finished fp32 BM x BN tile staged in shared memory before it leaves through `cols`. The layout follows the
@@ -299,6 +305,57 @@ class FinalizeCursor {
  private:
   bool all_columns_, feature_major_;
   int64_t outer_n_, inner_n_, d_outer_, d_inner_, outer_, inner_;
+};
+
+// The pruned columns of a feature-major y (bias, TEW residual, activation), written by whole warps, one chunk of
+// kChunk consecutive outputs of one column per step: the column index and its bias are loaded once per chunk and,
+// without a residual, the chunk is one constant, so a step is kRunsPerLane independent 16-byte stores per lane.
+// Per-thread runs of 8 outputs paid two dependent loads for every store. Warp `warp` of `warps` takes every
+// warps-th chunk, stepped with a carry; the step is warp-uniform, so a warp stays converged.
+template <typename T>
+class PrunedColumnFill {
+ public:
+  static constexpr int kRunsPerLane = 4, kChunk = 32 * 8 * kRunsPerLane;
+
+  __device__ __forceinline__ PrunedColumnFill(const PackedTile& w, const Problem& p, int64_t warp, int64_t warps) {
+    chunks_ = (p.M + kChunk - 1) / kChunk;
+    columns_ = warps > 0 && chunks_ > 0 ? w.num_pruned : 0;  // warps = 0: no share of the work
+    const int64_t per = chunks_ > 0 ? chunks_ : 1;
+    d_column_ = warps / per;
+    d_chunk_ = warps % per;
+    column_ = warp / per;
+    chunk_ = warp % per;
+  }
+  __device__ __forceinline__ bool done() const { return column_ >= columns_; }
+  // Writes the current chunk and moves to the next one; only while !done().
+  __device__ __forceinline__ void step(const PackedTile& w, const Problem& p) {
+    const int col = w.pruned_cols[column_];
+    const int64_t m_lane = chunk_ * kChunk + (threadIdx.x & 31) * 8;
+    if (w.res_ptr == nullptr) {
+      float v[8] = {};
+      add_bias_residual_run<T, 8>(v, col, m_lane, w, p);
+      activate_run(v, p.activation);
+#pragma unroll
+      for (int r = 0; r < kRunsPerLane; ++r) {
+        if (m_lane + r * 256 < p.M) store_column_run<T>(v, col, m_lane + r * 256, p);
+      }
+    } else {
+#pragma unroll 1
+      for (int r = 0; r < kRunsPerLane; ++r) {
+        float v[8] = {};
+        if (m_lane + r * 256 < p.M) finish_column_run<T>(v, col, m_lane + r * 256, w, p);
+      }
+    }
+    column_ += d_column_;
+    chunk_ += d_chunk_;
+    if (chunk_ >= chunks_) {
+      chunk_ -= chunks_;
+      ++column_;
+    }
+  }
+
+ private:
+  int64_t chunks_, columns_, d_column_, d_chunk_, column_, chunk_;
 };
 
 // True when the warp-specialized kernel writes the pruned columns itself (a feature-major y without split-K), so

@@ -293,6 +293,12 @@ __global__ void __launch_bounds__(256) tw_gemv_kernel(PackedTile w, Problem p, i
 // only the pruned ones (see finalize_share).
 template <typename T>
 __global__ void tw_finalize_kernel(PackedTile w, Problem p, bool all_columns) {
+  if (!all_columns && p.sym == 1) {  // a feature-major y's pruned columns: whole warps per chunk of a column
+    PrunedColumnFill<T> fill(w, p, (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32,
+                             static_cast<int64_t>(gridDim.x) * blockDim.x / 32);
+    while (!fill.done()) fill.step(w, p);
+    return;
+  }
   finalize_share<T>(w, p, all_columns, static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x,
                     static_cast<int64_t>(gridDim.x) * blockDim.x);
 }
@@ -384,6 +390,9 @@ const char* run_finalize(const PackedTile& w, const Problem& p, bool all_columns
   return check_launch();
 }
 
+// Kept K from which a tile's items are long enough for the cooperative 256-row configuration.
+constexpr int kLongItemK = 1024;
+
 int splits_for(const PackedTile& w, const Problem& p, int bm) {
   // Split K only when the CTAs would fill less than half the GPU: a second wave costs as much as the
   // atomics and the finalize pass that splitting adds.
@@ -438,8 +447,10 @@ Plan make_plan(const PackedTile& w, const Problem& p) {
   }
   plan.path = wants_wgmma ? wanted : Path::kMmaSync;
   if (wants_wgmma) {
+    // 256-row items halve the packed-value traffic per MMA, but their two warpgroups finish together, so nothing
+    // hides their epilogue: worth it only with two items per SM and long items (16 K steps or more).
     const int64_t ctas256 = static_cast<int64_t>(w.num_tiles) * cdiv(p.M, 256);
-    plan.block_m = ctas256 >= 2LL * p.num_sms ? 256 : 128;
+    plan.block_m = ctas256 >= 2LL * p.num_sms && w.max_tile_k >= kLongItemK ? 256 : 128;
   } else {
     plan.block_m = block_m(w.granularity);
   }

@@ -9,9 +9,9 @@
 //    tensor cores busy; cooperative configs split each item's rows between both, for items twice as tall, which
 //    halves the packed-value traffic per MMA on large problems;
 //  - one CTA per SM walks a static list of work items, so the producer already fills the next item's stages while
-//    the consumers run the epilogue of the current one; with a feature-major y, whenever it would wait for a free
-//    stage it writes a run of the pruned columns (bias, residual, activation) instead, so those stores overlap the
-//    MMAs rather than taking a launch of their own.
+//    the consumers run the epilogue of the current one; with a feature-major y, once it has issued its last stage it
+//    writes its share of the pruned columns (bias, residual, activation), so those stores overlap the last MMAs and
+//    epilogues rather than taking a launch of their own.
 #include <algorithm>
 
 #include "sm90_wgmma.cuh"
@@ -95,8 +95,8 @@ struct StageCover {
 };
 
 #ifdef SPARSEPRUNE_WGMMA
-// Producer warpgroup: fills stage after stage, each one K step (64 kept rows) of one item, and writes its CTA's
-// share of the pruned columns while it waits for free stages (the rest once it has issued the last one).
+// Producer warpgroup: fills stage after stage, each one K step (64 kept rows) of one item, then writes its CTA's
+// share of the pruned columns.
 template <typename T, typename Cfg>
 __device__ __forceinline__ void produce(const PackedTile& w, const Problem& p, int m_blocks, int splits,
                                         uint32_t ring, uint32_t full, uint32_t empty) {
@@ -111,11 +111,6 @@ __device__ __forceinline__ void produce(const PackedTile& w, const Problem& p, i
   const T* vals = static_cast<const T*>(w.values);
   const int64_t ldx = p.sxk;
   const int num_items = w.num_tiles * m_blocks * splits;
-  // The finalize pass takes every column after split-K, and a row-major y's pruned columns (one 2-byte store per
-  // output, better spread over a full grid): then the cursor starts done.
-  const int64_t workers = static_cast<int64_t>(gridDim.x) * Cfg::kWarpgroup;
-  FinalizeCursor<T> fill(w, p, false, static_cast<int64_t>(blockIdx.x) * Cfg::kWarpgroup + tid,
-                         fills_pruned_columns(p, splits) ? workers : 0);
   int stage = 0;
   uint32_t phase = 0;
   for (int round = 0; round * static_cast<int>(gridDim.x) < num_items; ++round) {
@@ -138,12 +133,6 @@ __device__ __forceinline__ void produce(const PackedTile& w, const Problem& p, i
     for (int ks = it.s0; ks < it.s1; ++ks) {
       int next_lo, next_hi;
       fetch_rows(ks + 1, next_lo, next_hi);
-      // Pruned-column runs until the consumers are done with this stage's previous use (lane 0 decides for the
-      // warp, which stays converged for the shuffles below).
-      while (__any_sync(0xffffffffu, !fill.done())) {
-        if (__shfl_sync(0xffffffffu, mbarrier_test_wait(empty + stage * 8, phase ^ 1) ? 1 : 0, 0) != 0) break;
-        if (!fill.done()) fill.step(w, p);
-      }
       mbarrier_wait(empty + stage * 8, phase ^ 1);
       const uint32_t sa = ring + stage * Cfg::kStageBytes;
 #pragma unroll
@@ -177,7 +166,16 @@ __device__ __forceinline__ void produce(const PackedTile& w, const Problem& p, i
       rows_hi = next_hi;
     }
   }
-  while (!fill.done()) fill.step(w, p);
+  // Then its share of the pruned columns, overlapping the consumers' last MMAs and epilogues. Interleaving them
+  // with the waits for free stages kept a fill cursor live through the gather loop, which spilled the producer's
+  // registers and slowed every stage. The finalize pass takes every column after split-K, and a row-major y's
+  // pruned columns (one 2-byte store per output, better spread over a full grid).
+  if (fills_pruned_columns(p, splits)) {
+    constexpr int kWarps = Cfg::kWarpgroup / 32;
+    PrunedColumnFill<T> fill(w, p, static_cast<int64_t>(blockIdx.x) * kWarps + tid / 32,
+                             static_cast<int64_t>(gridDim.x) * kWarps);
+    while (!fill.done()) fill.step(w, p);
+  }
   cp_async_wait<0>();  // nothing in flight when the warpgroup exits
 }
 
