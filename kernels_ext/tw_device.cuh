@@ -6,6 +6,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "tw_gemm.h"
 
@@ -53,17 +54,36 @@ __device__ __forceinline__ int64_t ws_index(const PackedTile& w, const Problem& 
   return p.sym == 1 ? pos * p.M + m : m * (static_cast<int64_t>(w.num_tiles) * w.granularity) + pos;
 }
 
-// Applies the activation to a run of outputs; the choice is made once per run, not per element, so that GELU's erf
-// is not evaluated for every output of a call without it.
-template <int Count>
-__device__ __forceinline__ void activate_run(float (&v)[Count], Activation act) {
-  if (act == Activation::kRelu) {
+// The activation as a compile-time constant: a loop over many runs then holds only its own code. With the choice
+// made at run time inside such a loop, the compiler may evaluate the code of every activation (GELU's erf included)
+// and select, and the epilogue's issue time, not its stores, set its length.
+template <Activation Act, int Count>
+__device__ __forceinline__ void activate_fixed(float (&v)[Count]) {
+  if constexpr (Act == Activation::kRelu) {
 #pragma unroll
     for (int e = 0; e < Count; ++e) v[e] = fmaxf(v[e], 0.0f);
-  } else if (act == Activation::kGelu) {
+  } else if constexpr (Act == Activation::kGelu) {
 #pragma unroll
     for (int e = 0; e < Count; ++e) v[e] = activate(v[e], Activation::kGelu);
   }
+}
+
+// Calls body(std::integral_constant<Activation, act>{}): one branch, then code for that activation only.
+template <typename Body>
+__device__ __forceinline__ void with_activation(Activation act, Body body) {
+  if (act == Activation::kRelu) {
+    body(std::integral_constant<Activation, Activation::kRelu>{});
+  } else if (act == Activation::kGelu) {
+    body(std::integral_constant<Activation, Activation::kGelu>{});
+  } else {
+    body(std::integral_constant<Activation, Activation::kNone>{});
+  }
+}
+
+// Applies the activation to a run of outputs, choosing it once per run.
+template <int Count>
+__device__ __forceinline__ void activate_run(float (&v)[Count], Activation act) {
+  with_activation(act, [&](auto a) { activate_fixed<decltype(a)::value>(v); });
 }
 
 // Bias and TEW residual for outputs m0 .. m0+Run-1 of one column (those below M), before the activation; x is
@@ -91,23 +111,42 @@ __device__ __forceinline__ void add_bias_residual_run(float (&v)[Run], int col, 
   }
 }
 
+// Shared-memory reads in the shared state space. Read through generic pointers, the staging loads after each
+// global store of an epilogue waited for that store, as if they could alias it: a 64 x 128 tile took several
+// times as long to leave as its bytes need.
+__device__ __forceinline__ float4 ld_shared_f4(const float* src) {
+  float4 v;
+  asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "r"(smem_addr(src)));
+  return v;
+}
+__device__ __forceinline__ int ld_shared_s32(const int* src) {
+  int v;
+  asm volatile("ld.shared.s32 %0, [%1];\n" : "=r"(v) : "r"(smem_addr(src)));
+  return v;
+}
+
 // Eight consecutive floats from 16-byte-aligned shared memory. Runs 32 floats apart share banks, so when eight
 // lanes read eight consecutive runs, the lanes with bit 2 of `lane_run` set take their two halves in swapped
 // order: each quarter-warp then touches all 32 banks once per 16-byte read.
 __device__ __forceinline__ void load8_shared(const float* src, int lane_run, float (&v)[8]) {
   const bool swap = (lane_run >> 2) & 1;
-  const float4 a = *reinterpret_cast<const float4*>(src + (swap ? 4 : 0));
-  const float4 b = *reinterpret_cast<const float4*>(src + (swap ? 0 : 4));
+  const float4 a = ld_shared_f4(src + (swap ? 4 : 0));
+  const float4 b = ld_shared_f4(src + (swap ? 0 : 4));
   const float4 lo = swap ? b : a, hi = swap ? a : b;
   v[0] = lo.x, v[1] = lo.y, v[2] = lo.z, v[3] = lo.w, v[4] = hi.x, v[5] = hi.y, v[6] = hi.z, v[7] = hi.w;
 }
 
+// One 16-byte store of eight outputs to global memory (y is always a global tensor).
 template <typename T>
 __device__ __forceinline__ void store8(T* dst, const float (&v)[8]) {
   alignas(16) T out[8];
 #pragma unroll
   for (int e = 0; e < 8; ++e) out[e] = from_float<T>(v[e]);
-  *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(out);
+  const uint4 q = *reinterpret_cast<const uint4*>(out);
+  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"l"(dst), "r"(q.x), "r"(q.y), "r"(q.z), "r"(q.w)
+               : "memory");
 }
 
 // Stores outputs m0 .. m0+7 of column col of a feature-major y: one 16-byte store, or element by element at the
@@ -172,7 +211,7 @@ __device__ __forceinline__ void add_partial_tile(const float* s_c, const PackedT
     const int r = feature_major_out ? (it % (BM / 4)) * 4 : it / (BN / 4);
     const int n = feature_major_out ? it / (BM / 4) : (it % (BN / 4)) * 4;
     const float* src = feature_major_out ? s_c + n * Staged::kColLd + r : s_c + r * Staged::kRowLd + n;
-    const float4 v = *reinterpret_cast<const float4*>(src);
+    const float4 v = ld_shared_f4(src);
     float* dst = p.workspace + ws_index(w, p, m0 + r, pos0 + n);
     if (quads && m0 + r + (feature_major_out ? 3 : 0) < p.M) {
       atomicAdd(reinterpret_cast<float4*>(dst), v);
@@ -196,39 +235,58 @@ __device__ __forceinline__ void store_tile(const float* s_c, const int* s_cols, 
   const int64_t M = p.M;
   if (feature_major_out) {  // y[col*syn + m]: a run of 8 consecutive m per thread, consecutive lanes along m
     constexpr int kRuns = BM / 8;
-    for (int it = tid; it < kRuns * BN; it += kThreads) {
-      const int c = it % kRuns, n = it / kRuns;
-      const int col = s_cols[n];
-      const int64_t mbase = m0 + c * 8;
-      if (col < 0 || mbase >= M) continue;
-      float v[8];
-      load8_shared(s_c + n * Staged::kColLd + c * 8, c, v);
-      finish_column_run<T>(v, col, mbase, w, p);
-    }
+    // One loop per activation, and one without the bias and residual code when there are none: with every
+    // finishing step in one loop body, four warps took several times the stores' own time to issue it.
+    const auto runs = [&](auto finish) {
+      for (int it = tid; it < kRuns * BN; it += kThreads) {
+        const int c = it % kRuns, n = it / kRuns;
+        const int col = ld_shared_s32(s_cols + n);
+        const int64_t mbase = m0 + c * 8;
+        if (col < 0 || mbase >= M) continue;
+        float v[8];
+        load8_shared(s_c + n * Staged::kColLd + c * 8, c, v);
+        finish(v, col, mbase);
+      }
+    };
+    with_activation(p.activation, [&](auto act) {
+      constexpr Activation kAct = decltype(act)::value;
+      if (p.bias == nullptr && w.res_ptr == nullptr) {
+        runs([&](float(&v)[8], int col, int64_t m) {
+          activate_fixed<kAct>(v);
+          store_column_run<T>(v, col, m, p);
+        });
+      } else {
+        runs([&](float(&v)[8], int col, int64_t m) {
+          add_bias_residual_run<T, 8>(v, col, m, w, p);
+          activate_fixed<kAct>(v);
+          store_column_run<T>(v, col, m, p);
+        });
+      }
+    });
   } else {  // y[m*sym + col]: a run of 8 contiguous, aligned columns goes out as one 16-byte store
     constexpr int kRuns = BN / 8;
     for (int it = tid; it < BM * kRuns; it += kThreads) {
       const int r = it / kRuns, q = it % kRuns, n0 = q * 8;
       const int64_t m = m0 + r;
-      const int col0 = s_cols[n0];
+      const int col0 = ld_shared_s32(s_cols + n0);
       if (col0 < 0 || m >= M) continue;
       float v[8];
       load8_shared(s_c + r * Staged::kRowLd + n0, q, v);
 #pragma unroll
       for (int e = 0; e < 8; ++e) {
-        const int col = s_cols[n0 + e];
+        const int col = ld_shared_s32(s_cols + n0 + e);
         float out[1] = {col < 0 ? 0.0f : v[e]};
         if (col >= 0) add_bias_residual_run<T, 1>(out, col, m, w, p);
         v[e] = out[0];
       }
       activate_run(v, p.activation);
       T* row = static_cast<T*>(p.y) + m * p.sym;
-      if (p.y_vec16 && col0 % 8 == 0 && s_cols[n0 + 7] == col0 + 7) {
+      if (p.y_vec16 && col0 % 8 == 0 && ld_shared_s32(s_cols + n0 + 7) == col0 + 7) {
         store8(row + col0, v);
       } else {
 #pragma unroll
         for (int e = 0; e < 8; ++e) {
-          const int col = s_cols[n0 + e];
+          const int col = ld_shared_s32(s_cols + n0 + e);
           if (col >= 0) row[static_cast<int64_t>(col) * p.syn] = from_float<T>(v[e]);
         }
       }
