@@ -121,6 +121,11 @@ __device__ __forceinline__ float4 ld_shared_f4(const float* src) {
                : "r"(smem_addr(src)));
   return v;
 }
+__device__ __forceinline__ float ld_shared_f32(const float* src) {
+  float v;
+  asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(v) : "r"(smem_addr(src)));
+  return v;
+}
 __device__ __forceinline__ int ld_shared_s32(const int* src) {
   int v;
   asm volatile("ld.shared.s32 %0, [%1];\n" : "=r"(v) : "r"(smem_addr(src)));
@@ -179,7 +184,7 @@ template <int BM, int BN>
 struct StagedTile {
   static constexpr int kRowLd = BN + 8, kColLd = BM + 4;
   static constexpr int kFloats = BM * kRowLd > BN * kColLd ? BM * kRowLd : BN * kColLd;
-  static constexpr int kBytes = kFloats * 4 + BN * 4;  // + the tile's column list
+  static constexpr int kBytes = kFloats * 4 + BN * 8;  // + the tile's column list and their biases
   static_assert(BM % 64 == 0 && BN % 32 == 0, "pads chosen for these multiples");
 
   // Stores the accumulator pair (r, n), (r, n + 1): a conflict-free float2 (row-major: bank 8g + 2t4), or two
@@ -193,6 +198,22 @@ struct StagedTile {
     }
   }
   __device__ __forceinline__ static int* cols(float* s) { return reinterpret_cast<int*>(s + kFloats); }
+  // The bias of each column of the tile, behind its column list (store_tile finds it from there).
+  __device__ __forceinline__ static float* biases(float* s) { return s + kFloats + BN; }
+
+  // Stages the tile's output columns and, with a bias, their bias values in fp32; threads tid = 0 .. kThreads-1
+  // share the work. Read once per tile, the bias costs the store loop a shared-memory load per run instead of a
+  // global one.
+  template <typename T, int kThreads>
+  __device__ __forceinline__ static void stage_columns(float* s, const PackedTile& w, const Problem& p, int tile,
+                                                       int tid) {
+    const T* bias = static_cast<const T*>(p.bias);
+    for (int n = tid; n < BN; n += kThreads) {
+      const int col = w.cols[tile * BN + n];
+      cols(s)[n] = col;
+      if (bias != nullptr) biases(s)[n] = col >= 0 ? to_float(bias[col]) : 0.0f;
+    }
+  }
 };
 
 // Adds a tile staged by StagedTile (split-K partial sums) into the fp32 workspace, whose layout follows y's, so
@@ -235,8 +256,9 @@ __device__ __forceinline__ void store_tile(const float* s_c, const int* s_cols, 
   const int64_t M = p.M;
   if (feature_major_out) {  // y[col*syn + m]: a run of 8 consecutive m per thread, consecutive lanes along m
     constexpr int kRuns = BM / 8;
-    // One loop per activation, and one without the bias and residual code when there are none: with every
-    // finishing step in one loop body, four warps took several times the stores' own time to issue it.
+    // One loop per activation, and per finishing (none, the staged bias, or bias and TEW residual from global
+    // memory): with every finishing step in one loop body, four warps took several times the stores' own time to
+    // issue it.
     const auto runs = [&](auto finish) {
       for (int it = tid; it < kRuns * BN; it += kThreads) {
         const int c = it % kRuns, n = it / kRuns;
@@ -245,18 +267,27 @@ __device__ __forceinline__ void store_tile(const float* s_c, const int* s_cols, 
         if (col < 0 || mbase >= M) continue;
         float v[8];
         load8_shared(s_c + n * Staged::kColLd + c * 8, c, v);
-        finish(v, col, mbase);
+        finish(v, col, mbase, n);
       }
     };
+    const float* s_bias = reinterpret_cast<const float*>(s_cols + BN);  // Staged::biases
     with_activation(p.activation, [&](auto act) {
       constexpr Activation kAct = decltype(act)::value;
-      if (p.bias == nullptr && w.res_ptr == nullptr) {
-        runs([&](float(&v)[8], int col, int64_t m) {
+      if (w.res_ptr == nullptr && p.bias == nullptr) {
+        runs([&](float(&v)[8], int col, int64_t m, int) {
+          activate_fixed<kAct>(v);
+          store_column_run<T>(v, col, m, p);
+        });
+      } else if (w.res_ptr == nullptr) {
+        runs([&](float(&v)[8], int col, int64_t m, int n) {
+          const float b = ld_shared_f32(s_bias + n);
+#pragma unroll
+          for (int e = 0; e < 8; ++e) v[e] += b;
           activate_fixed<kAct>(v);
           store_column_run<T>(v, col, m, p);
         });
       } else {
-        runs([&](float(&v)[8], int col, int64_t m) {
+        runs([&](float(&v)[8], int col, int64_t m, int) {
           add_bias_residual_run<T, 8>(v, col, m, w, p);
           activate_fixed<kAct>(v);
           store_column_run<T>(v, col, m, p);

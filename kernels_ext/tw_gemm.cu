@@ -206,7 +206,7 @@ __global__ void __launch_bounds__(Cfg::kThreads)
       Staged::put(s_c, r, n, acc[i][j][0], acc[i][j][1], feature_major_out);
       Staged::put(s_c, r + 8, n, acc[i][j][2], acc[i][j][3], feature_major_out);
     }
-  for (int n = tid; n < BN; n += kThreads) s_cols[n] = w.cols[tile * BN + n];
+  Staged::template stage_columns<T, kThreads>(s_c, w, p, tile, tid);
   __syncthreads();
 
   store_tile<T, BM, BN, kThreads>(s_c, s_cols, w, p, m0, feature_major_out, tid);

@@ -214,7 +214,7 @@ __device__ __forceinline__ void consumer_epilogue(const PackedTile& w, const Pro
       }
     }
     if (i == 0) {
-      for (int n = wtid; n < BN; n += Cfg::kWarpgroup) s_cols[n] = w.cols[it.tile * BN + n];
+      Staged::template stage_columns<T, Cfg::kWarpgroup>(s_c, w, p, it.tile, wtid);
     }
     named_barrier_sync<Cfg::kWarpgroup>(bar_id);
     const int64_t m0 = it.m0 + ((Cfg::kCooperative ? cwg * MIWG : 0) + i) * 64;
