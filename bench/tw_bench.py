@@ -40,6 +40,8 @@ SHAPES: dict[str, tuple[int, int, int]] = {  # name: (M, K, N), cheapest first s
     "cube_8192": (8192, 8192, 8192),
 }
 EMULATION_MAX_BYTES = 2 << 30
+# What every call adds after the product: the TW kernels fuse it; dense, ideal and the emulation run it as torch ops.
+EPILOGUES: dict[str, str | None] = {"none": None, "bias": None, "bias-relu": "relu", "bias-gelu": "gelu"}
 LEGEND = (
     "Times are medians of CUDA-graph replays (launch overhead excluded) on the same device in one run; "
     "'TW' takes x row-major (M x K) and includes its transpose, 'TW-fm' takes x feature-major (K x M); "
@@ -166,6 +168,7 @@ def run_case(
     gen: torch.Generator,
     check_only: bool,
     profile_kernels: bool = False,
+    epilogue: str = "none",
 ) -> dict[str, Any]:
     m, k, n = SHAPES[name]
     dev = torch.device("cuda")
@@ -174,12 +177,23 @@ def run_case(
     b = (torch.randn(k, n, generator=cuda_gen, device=dev) / math.sqrt(k)).to(dtype)
     x = torch.randn(m, k, generator=cuda_gen, device=dev).to(dtype)
     packed = pack_tw(b, mask, granularity)
-    ref = x.float() @ (b * mask).float()
-    y = packed.matmul(x)
+    bias = None if epilogue == "none" else torch.randn(n, generator=cuda_gen, device=dev).to(dtype)
+    activation = EPILOGUES[epilogue]
+    act = {None: lambda v: v, "relu": torch.relu, "gelu": torch.nn.functional.gelu}[activation]
+
+    def finish(y: torch.Tensor) -> torch.Tensor:  # the epilogue as torch ops, for the baselines
+        return y if bias is None else act(y + bias)
+
+    def tw(kernel: str = "auto") -> torch.Tensor:
+        return packed.matmul_feature_major(xt, bias, activation, kernel=kernel)
+
+    ref = finish(x.float() @ (b * mask).float())
+    y = packed.matmul(x, bias, activation)
     xt = x.t().contiguous()
-    y_fm = packed.matmul_feature_major(xt)
+    y_fm = tw()
     # The emulation materialises x gathered per tile (M x tiles x max K); skip it where that alone is huge.
-    emul = emulation(packed) if m * packed.num_tiles * packed.max_tile_k * 2 <= EMULATION_MAX_BYTES else None
+    gather = emulation(packed) if m * packed.num_tiles * packed.max_tile_k * 2 <= EMULATION_MAX_BYTES else None
+    emul = (lambda v: finish(gather(v))) if gather else None
     row: dict[str, Any] = {
         "shape": name,
         "M": m,
@@ -190,12 +204,13 @@ def run_case(
         "density": float(mask.float().mean()),
         "tiles": packed.num_tiles,
         "dtype": str(dtype).split(".")[-1],
+        "epilogue": epilogue,
         "rel_err": relative_error(y, ref),
         "rel_err_fm": relative_error(y_fm.t(), ref),
         "rel_err_emul": relative_error(emul(x), ref) if emul else None,
     }
     for kernel in hopper_kernels(m, granularity):
-        row[f"rel_err_{kernel}"] = relative_error(packed.matmul_feature_major(xt, kernel=kernel).t(), ref)
+        row[f"rel_err_{kernel}"] = relative_error(tw(kernel).t(), ref)
     row["passed"] = max(v for key, v in row.items() if key.startswith("rel_err") and v is not None) <= TOLERANCE[dtype]
     if check_only:
         return row
@@ -203,21 +218,17 @@ def run_case(
     x_ideal, b_ideal = x[:, :k_ideal].contiguous(), b[:k_ideal].contiguous()
     # The timings a case may lack (no mma.sync run at M <= 16, no Hopper kernel, no emulation) read None.
     row.update(dict.fromkeys(["tw_fm_mma_sync_us", "tw_fm_wgmma_us", "tw_fm_wgmma_ws_us", "emul_us"]))
-    t_dense = time_into(row, "dense_us", lambda: torch.matmul(x, b))
-    t_tw = time_into(row, "tw_us", lambda: packed.matmul(x))
-    t_fm = time_into(row, "tw_fm_us", lambda: packed.matmul_feature_major(xt))
+    t_dense = time_into(row, "dense_us", lambda: finish(torch.matmul(x, b)))
+    t_tw = time_into(row, "tw_us", lambda: packed.matmul(x, bias, activation))
+    t_fm = time_into(row, "tw_fm_us", tw)
     if m > 16:
-        time_into(row, "tw_fm_mma_sync_us", lambda: packed.matmul_feature_major(xt, kernel="mma.sync"))
+        time_into(row, "tw_fm_mma_sync_us", lambda: tw("mma.sync"))
     t_hopper = {
-        kernel: time_into(
-            row,
-            f"tw_fm_{kernel.replace('.', '_')}_us",
-            lambda kernel=kernel: packed.matmul_feature_major(xt, kernel=kernel),
-        )
+        kernel: time_into(row, f"tw_fm_{kernel.replace('.', '_')}_us", lambda kernel=kernel: tw(kernel))
         for kernel in hopper_kernels(m, granularity)
     }
     t_emul = time_into(row, "emul_us", lambda: emul(x)) if emul else None
-    t_ideal = time_into(row, "ideal_us", lambda: torch.matmul(x_ideal, b_ideal))
+    t_ideal = time_into(row, "ideal_us", lambda: finish(torch.matmul(x_ideal, b_ideal)))
     kept_flops = 2.0 * m * float(mask.sum())
     row.update(
         {
@@ -237,11 +248,21 @@ def run_case(
     )
     row["fm_of_bound"] = row["speedup_fm"] / row["bytes_bound"]
     if profile_kernels:
-        row["profile_fm"] = kernel_profile(lambda: packed.matmul_feature_major(xt))
-        row["profile_row_major"] = kernel_profile(lambda: packed.matmul(x))
-    if sparsity == 0.5:
+        row["profile_fm"] = kernel_profile(tw)
+        row["profile_row_major"] = kernel_profile(lambda: packed.matmul(x, bias, activation))
+    if sparsity == 0.5 and bias is None:  # torch's 2:4 has no fused epilogue to compare with
         add_semi24(row, x, b, t_dense)
     return row
+
+
+def legend(epilogue: str) -> str:
+    if epilogue == "none":
+        return LEGEND
+    act = EPILOGUES[epilogue]
+    return LEGEND + (
+        f" Every call adds a random bias{f' and applies {act}' if act else ''}: fused into the TW kernels, as torch "
+        "ops after the dense and ideal GEMMs and the emulation."
+    )
 
 
 def main() -> None:
@@ -249,6 +270,12 @@ def main() -> None:
     parser.add_argument("--sparsities", nargs="*", type=float, default=[0.3, 0.4, 0.5, 0.75, 0.9])
     parser.add_argument("--granularities", nargs="*", type=int, default=[64, 128])
     parser.add_argument("--profile", action="store_true", help="also log per-kernel device times of each case")
+    parser.add_argument(
+        "--epilogue",
+        choices=list(EPILOGUES),
+        default="none",
+        help="a random bias (and activation) on every call: fused by TW, torch ops after the dense GEMMs",
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     require_kernels("tw_bench")
@@ -259,7 +286,7 @@ def main() -> None:
     for name in args.shapes:
         for granularity in args.granularities:
             for sparsity in args.sparsities:
-                row = run_case(name, granularity, sparsity, dtype, gen, args.check_only, args.profile)
+                row = run_case(name, granularity, sparsity, dtype, gen, args.check_only, args.profile, args.epilogue)
                 rows.append(row)
                 log.info(
                     "%s G=%d s=%.2f err=%.2e speedup_fm=%s",
@@ -272,7 +299,7 @@ def main() -> None:
                 if "profile_fm" in row:
                     log.info("  kernels fm: %s\n  kernels row-major: %s", row["profile_fm"], row["profile_row_major"])
         if args.out:  # after every shape, so a run cut short still leaves its finished cases
-            write_results(args.out, rows, columns, case_notes(rows, args.dtype, LEGEND))
+            write_results(args.out, rows, columns, case_notes(rows, args.dtype, legend(args.epilogue)))
     failed = [r for r in rows if not r["passed"]]
     short = [c for c in columns if c[0] in SHORT_COLUMNS] if not args.check_only else columns
     print(markdown_table(rows, short))  # the table is the bench's output
