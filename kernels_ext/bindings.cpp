@@ -161,14 +161,16 @@ at::Tensor tw_matmul(const at::Tensor& x, const at::Tensor& values, const at::Te
   p.syn = feature_major ? M : 1;
   p.y_vec16 = aligned16(p.y) && (feature_major ? M % 8 == 0 : N % 8 == 0);
 
-  // Large M runs feature-major. A row-major x is transposed here, and the result comes back through a transpose
-  // too: the kernel writes a feature-major y as whole 128-byte column runs, while a row-major y's kept columns are
-  // scattered over each row, so its stores would be a few bytes per sector (fused-transpose-free callers pass
-  // feature_major=true and skip both).
+  // Large M runs on a feature-major x, so a row-major x is transposed here. With pruned columns the result comes
+  // back through a transpose too: the kernel writes a feature-major y as whole 128-byte column runs, while a
+  // row-major y's kept columns are scattered over each row, so its stores would be a few bytes per sector. A
+  // weight that keeps every column (vector-wise N:M: each tile owns G adjacent columns) writes whole 16-byte runs
+  // of a row-major y directly. Callers that keep activations feature-major pass feature_major=true and skip both.
   at::Tensor xt, yt;
-  const bool transposes = !feature_major && M > tw::kSmallM;
+  const bool transposes_x = !feature_major && M > tw::kSmallM;
+  const bool transposes_y = transposes_x && pruned_cols.numel() > 0;
   const int64_t ldt = (M + 7) / 8 * 8;
-  if (!transposes) {
+  if (!transposes_x) {
     p.x = x.data_ptr();
     p.sxm = feature_major ? 1 : K;
     p.sxk = feature_major ? M : 1;
@@ -179,6 +181,8 @@ at::Tensor tw_matmul(const at::Tensor& x, const at::Tensor& values, const at::Te
     p.x = xt.data_ptr();
     p.sxm = 1;
     p.sxk = ldt;
+  }
+  if (transposes_y) {
     yt = at::empty({N, ldt}, opts);
     p.y = yt.data_ptr();
     p.sym = 1;
@@ -193,7 +197,7 @@ at::Tensor tw_matmul(const at::Tensor& x, const at::Tensor& values, const at::Te
   }
   const char* err = tw::launch_tw_matmul(w, p);
   TORCH_CHECK(err == nullptr, "tw_matmul launch failed: ", err ? err : "");
-  if (transposes) {
+  if (transposes_y) {
     err = tw::launch_transpose(yt.data_ptr(), y.data_ptr(), N, M, ldt, N, p.dtype, stream);
     TORCH_CHECK(err == nullptr, "transpose launch failed: ", err ? err : "");
   }

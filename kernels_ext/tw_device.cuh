@@ -296,32 +296,42 @@ __device__ __forceinline__ void store_tile(const float* s_c, const int* s_cols, 
     });
   } else {  // y[m*sym + col]: a run of 8 contiguous, aligned columns goes out as one 16-byte store
     constexpr int kRuns = BN / 8;
-    for (int it = tid; it < BM * kRuns; it += kThreads) {
-      const int r = it / kRuns, q = it % kRuns, n0 = q * 8;
-      const int64_t m = m0 + r;
-      const int col0 = ld_shared_s32(s_cols + n0);
-      if (col0 < 0 || m >= M) continue;
-      float v[8];
-      load8_shared(s_c + r * Staged::kRowLd + n0, q, v);
+    const float* s_bias = reinterpret_cast<const float*>(s_cols + BN);  // Staged::biases
+    with_activation(p.activation, [&](auto act) {
+      constexpr Activation kAct = decltype(act)::value;
+      for (int it = tid; it < BM * kRuns; it += kThreads) {
+        const int r = it / kRuns, q = it % kRuns, n0 = q * 8;
+        const int64_t m = m0 + r;
+        const int col0 = ld_shared_s32(s_cols + n0);
+        if (col0 < 0 || m >= M) continue;
+        float v[8];
+        load8_shared(s_c + r * Staged::kRowLd + n0, q, v);
+        T* row = static_cast<T*>(p.y) + m * p.sym;
+        if (p.y_vec16 && w.res_ptr == nullptr && col0 % 8 == 0 && ld_shared_s32(s_cols + n0 + 7) == col0 + 7) {
+          // Eight adjacent columns (every run of a weight that keeps whole tiles of columns, as vector-wise N:M).
+          if (p.bias != nullptr) {
 #pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        const int col = ld_shared_s32(s_cols + n0 + e);
-        float out[1] = {col < 0 ? 0.0f : v[e]};
-        if (col >= 0) add_bias_residual_run<T, 1>(out, col, m, w, p);
-        v[e] = out[0];
-      }
-      activate_run(v, p.activation);
-      T* row = static_cast<T*>(p.y) + m * p.sym;
-      if (p.y_vec16 && col0 % 8 == 0 && ld_shared_s32(s_cols + n0 + 7) == col0 + 7) {
-        store8(row + col0, v);
-      } else {
+            for (int e = 0; e < 8; ++e) v[e] += ld_shared_f32(s_bias + n0 + e);
+          }
+          activate_fixed<kAct>(v);
+          store8(row + col0, v);
+          continue;
+        }
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          const int col = ld_shared_s32(s_cols + n0 + e);
+          float out[1] = {col < 0 ? 0.0f : v[e]};
+          if (col >= 0) add_bias_residual_run<T, 1>(out, col, m, w, p);
+          v[e] = out[0];
+        }
+        activate_fixed<kAct>(v);
 #pragma unroll
         for (int e = 0; e < 8; ++e) {
           const int col = ld_shared_s32(s_cols + n0 + e);
           if (col >= 0) row[static_cast<int64_t>(col) * p.syn] = from_float<T>(v[e]);
         }
       }
-    }
+    });
   }
 }
 
