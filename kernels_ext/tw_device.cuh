@@ -254,6 +254,7 @@ __device__ __forceinline__ void store_tile(const float* s_c, const int* s_cols, 
                                            const Problem& p, int64_t m0, bool feature_major_out, int tid) {
   using Staged = StagedTile<BM, BN>;
   const int64_t M = p.M;
+  const float* s_bias = reinterpret_cast<const float*>(s_cols + BN);  // Staged::biases
   if (feature_major_out) {  // y[col*syn + m]: a run of 8 consecutive m per thread, consecutive lanes along m
     constexpr int kRuns = BM / 8;
     // One loop per activation, and per finishing (none, the staged bias, or bias and TEW residual from global
@@ -270,7 +271,6 @@ __device__ __forceinline__ void store_tile(const float* s_c, const int* s_cols, 
         finish(v, col, mbase, n);
       }
     };
-    const float* s_bias = reinterpret_cast<const float*>(s_cols + BN);  // Staged::biases
     with_activation(p.activation, [&](auto act) {
       constexpr Activation kAct = decltype(act)::value;
       if (w.res_ptr == nullptr && p.bias == nullptr) {
@@ -296,7 +296,6 @@ __device__ __forceinline__ void store_tile(const float* s_c, const int* s_cols, 
     });
   } else {  // y[m*sym + col]: a run of 8 contiguous, aligned columns goes out as one 16-byte store
     constexpr int kRuns = BN / 8;
-    const float* s_bias = reinterpret_cast<const float*>(s_cols + BN);  // Staged::biases
     with_activation(p.activation, [&](auto act) {
       constexpr Activation kAct = decltype(act)::value;
       for (int it = tid; it < BM * kRuns; it += kThreads) {
