@@ -361,74 +361,86 @@ __device__ __host__ __forceinline__ int64_t finalize_outputs(const PackedTile& w
   return ncols * (p.sym == 1 ? (p.M + 7) / 8 : p.M);
 }
 
+// Worker `worker` of `workers` walking an outer_n x inner_n grid of work: positions worker, worker + workers, ...
+// in row-major order, stepped with a carry instead of a 64-bit division per step. Empty when there is no work
+// (inner_n = 0) or no share of it (workers = 0).
+struct StridedWalk {
+  __device__ __host__ __forceinline__ StridedWalk(int64_t outer_n, int64_t inner_n, int64_t worker, int64_t workers)
+      : outer_n_(inner_n == 0 || workers <= 0 ? 0 : outer_n), inner_n_(inner_n) {
+    const int64_t per = inner_n > 0 ? inner_n : 1;
+    d_outer_ = workers / per;
+    d_inner_ = workers % per;
+    outer = worker / per;
+    inner = worker % per;
+  }
+  __device__ __host__ __forceinline__ bool done() const { return outer >= outer_n_; }
+  // Moves to the worker's next position; only while !done().
+  __device__ __host__ __forceinline__ void advance() {
+    outer += d_outer_;
+    inner += d_inner_;
+    if (inner >= inner_n_) {
+      inner -= inner_n_;
+      ++outer;
+    }
+  }
+  int64_t outer, inner;  // the current position
+
+ private:
+  int64_t outer_n_, inner_n_, d_outer_, d_inner_;
+};
+
 // Worker `worker` of `workers` walks its share of the finalize work (bias, TEW residual, activation, and the
-// workspace sums for all_columns) one output run at a time, so a caller can interleave it with other work.
-// Consecutive workers go along y's contiguous dimension, so the stores coalesce. The work (outer, inner) is
-// (column, run of 8 m) for a feature-major y and (m, column) for a row-major one; it steps by `workers` with a carry
-// instead of a 64-bit division per output.
+// workspace sums for all_columns) one output run at a time. Consecutive workers go along y's contiguous dimension,
+// so the stores coalesce. The work (outer, inner) is (column, run of 8 m) for a feature-major y and (m, column) for
+// a row-major one.
 template <typename T>
 class FinalizeCursor {
  public:
   __device__ __forceinline__ FinalizeCursor(const PackedTile& w, const Problem& p, bool all_columns, int64_t worker,
                                             int64_t workers)
-      : all_columns_(all_columns), feature_major_(p.sym == 1) {
-    const int64_t ncols = all_columns ? w.N : w.num_pruned;
-    outer_n_ = feature_major_ ? ncols : p.M;
-    inner_n_ = feature_major_ ? (p.M + 7) / 8 : ncols;
-    if (inner_n_ == 0 || workers <= 0) outer_n_ = 0;  // nothing to do, or no share of it (workers = 0)
-    d_outer_ = inner_n_ > 0 ? workers / inner_n_ : 0;
-    d_inner_ = inner_n_ > 0 ? workers % inner_n_ : 0;
-    outer_ = inner_n_ > 0 ? worker / inner_n_ : 0;
-    inner_ = inner_n_ > 0 ? worker % inner_n_ : 0;
-  }
-  __device__ __forceinline__ bool done() const { return outer_ >= outer_n_; }
+      : all_columns_(all_columns),
+        feature_major_(p.sym == 1),
+        walk_(feature_major_ ? columns(w, all_columns) : p.M, feature_major_ ? (p.M + 7) / 8 : columns(w, all_columns),
+              worker, workers) {}
+  __device__ __forceinline__ bool done() const { return walk_.done(); }
   // Finishes the current run and moves to the next one; only while !done().
   __device__ __forceinline__ void step(const PackedTile& w, const Problem& p) {
-    const int64_t j = feature_major_ ? outer_ : inner_;
+    const int64_t j = feature_major_ ? walk_.outer : walk_.inner;
     const int col = all_columns_ ? static_cast<int>(j) : w.pruned_cols[j];
     const int pos = all_columns_ ? w.col_pos[col] : -1;
     if (feature_major_) {
-      finalize_run<T, 8>(w, p, inner_ * 8, col, pos);
+      finalize_run<T, 8>(w, p, walk_.inner * 8, col, pos);
     } else {
-      finalize_run<T, 1>(w, p, outer_, col, pos);
+      finalize_run<T, 1>(w, p, walk_.outer, col, pos);
     }
-    outer_ += d_outer_;
-    inner_ += d_inner_;
-    if (inner_ >= inner_n_) {
-      inner_ -= inner_n_;
-      ++outer_;
-    }
+    walk_.advance();
   }
 
  private:
+  __device__ __forceinline__ static int64_t columns(const PackedTile& w, bool all_columns) {
+    return all_columns ? w.N : w.num_pruned;
+  }
   bool all_columns_, feature_major_;
-  int64_t outer_n_, inner_n_, d_outer_, d_inner_, outer_, inner_;
+  StridedWalk walk_;
 };
 
 // The pruned columns of a feature-major y (bias, TEW residual, activation), written by whole warps, one chunk of
 // kChunk consecutive outputs of one column per step: the column index and its bias are loaded once per chunk and,
 // without a residual, the chunk is one constant, so a step is kRunsPerLane independent 16-byte stores per lane.
-// Per-thread runs of 8 outputs paid two dependent loads for every store. Warp `warp` of `warps` takes every
-// warps-th chunk, stepped with a carry; the step is warp-uniform, so a warp stays converged.
+// Per-thread runs of 8 outputs paid two dependent loads for every store. Warp `warp` of `warps` walks the
+// (pruned column, chunk) grid; the step is warp-uniform, so a warp stays converged.
 template <typename T>
 class PrunedColumnFill {
  public:
   static constexpr int kRunsPerLane = 4, kChunk = 32 * 8 * kRunsPerLane;
 
-  __device__ __forceinline__ PrunedColumnFill(const PackedTile& w, const Problem& p, int64_t warp, int64_t warps) {
-    chunks_ = (p.M + kChunk - 1) / kChunk;
-    columns_ = warps > 0 && chunks_ > 0 ? w.num_pruned : 0;  // warps = 0: no share of the work
-    const int64_t per = chunks_ > 0 ? chunks_ : 1;
-    d_column_ = warps / per;
-    d_chunk_ = warps % per;
-    column_ = warp / per;
-    chunk_ = warp % per;
-  }
-  __device__ __forceinline__ bool done() const { return column_ >= columns_; }
+  __device__ __forceinline__ PrunedColumnFill(const PackedTile& w, const Problem& p, int64_t warp, int64_t warps)
+      : walk_(w.num_pruned, (p.M + kChunk - 1) / kChunk, warp, warps) {}
+  __device__ __forceinline__ bool done() const { return walk_.done(); }
   // Writes the current chunk and moves to the next one; only while !done().
   __device__ __forceinline__ void step(const PackedTile& w, const Problem& p) {
-    const int col = w.pruned_cols[column_];
-    const int64_t m_lane = chunk_ * kChunk + (threadIdx.x & 31) * 8;
+    const int col = w.pruned_cols[walk_.outer];
+    const int64_t m_lane = walk_.inner * kChunk + (threadIdx.x & 31) * 8;
     if (w.res_ptr == nullptr) {
       float v[8] = {};
       add_bias_residual_run<T, 8>(v, col, m_lane, w, p);
@@ -444,16 +456,11 @@ class PrunedColumnFill {
         if (m_lane + r * 256 < p.M) finish_column_run<T>(v, col, m_lane + r * 256, w, p);
       }
     }
-    column_ += d_column_;
-    chunk_ += d_chunk_;
-    if (chunk_ >= chunks_) {
-      chunk_ -= chunks_;
-      ++column_;
-    }
+    walk_.advance();
   }
 
  private:
-  int64_t chunks_, columns_, d_column_, d_chunk_, column_, chunk_;
+  StridedWalk walk_;
 };
 
 // True when the warp-specialized kernel writes the pruned columns itself (a feature-major y without split-K), so
