@@ -197,9 +197,16 @@ struct StagedTile {
       *reinterpret_cast<float2*>(s + r * kRowLd + n) = make_float2(v0, v1);
     }
   }
-  __device__ __forceinline__ static int* cols(float* s) { return reinterpret_cast<int*>(s + kFloats); }
-  // The bias of each column of the tile, behind its column list (store_tile finds it from there).
-  __device__ __forceinline__ static float* biases(float* s) { return s + kFloats + BN; }
+  // The tile's column list, behind the values; F is float, or const float to read.
+  template <typename F>
+  __device__ __forceinline__ static auto cols(F* s) {
+    return reinterpret_cast<std::conditional_t<std::is_const_v<F>, const int, int>*>(s + kFloats);
+  }
+  // The bias of each column of the tile, behind its column list.
+  template <typename F>
+  __device__ __forceinline__ static F* biases(F* s) {
+    return s + kFloats + BN;
+  }
 
   // Stages the tile's output columns and, with a bias, their bias values in fp32; threads tid = 0 .. kThreads-1
   // share the work. Read once per tile, the bias costs the store loop a shared-memory load per run instead of a
@@ -247,14 +254,16 @@ __device__ __forceinline__ void add_partial_tile(const float* s_c, const PackedT
 #endif
 }
 
-// Writes a tile staged by StagedTile through `cols`, applying bias, TEW residual and activation; threads
-// tid = 0 .. kThreads-1 share the work. x is feature-major here: x[k*ldx + m].
+// Writes a tile staged by StagedTile (values, then the column list and biases of stage_columns) through its column
+// list, applying bias, TEW residual and activation; threads tid = 0 .. kThreads-1 share the work. x is
+// feature-major here: x[k*ldx + m].
 template <typename T, int BM, int BN, int kThreads>
-__device__ __forceinline__ void store_tile(const float* s_c, const int* s_cols, const PackedTile& w,
-                                           const Problem& p, int64_t m0, bool feature_major_out, int tid) {
+__device__ __forceinline__ void store_tile(const float* s_c, const PackedTile& w, const Problem& p, int64_t m0,
+                                           bool feature_major_out, int tid) {
   using Staged = StagedTile<BM, BN>;
   const int64_t M = p.M;
-  const float* s_bias = reinterpret_cast<const float*>(s_cols + BN);  // Staged::biases
+  const int* s_cols = Staged::cols(s_c);
+  const float* s_bias = Staged::biases(s_c);
   if (feature_major_out) {  // y[col*syn + m]: a run of 8 consecutive m per thread, consecutive lanes along m
     constexpr int kRuns = BM / 8;
     // One loop per activation, and per finishing (none, the staged bias, or bias and TEW residual from global

@@ -197,7 +197,6 @@ __global__ void __launch_bounds__(Cfg::kThreads)
   __syncthreads();
   using Staged = StagedTile<BM, BN>;
   float* s_c = reinterpret_cast<float*>(smem);
-  int* s_cols = Staged::cols(s_c);
 #pragma unroll
   for (int i = 0; i < MI; ++i)
 #pragma unroll
@@ -209,7 +208,7 @@ __global__ void __launch_bounds__(Cfg::kThreads)
   Staged::template stage_columns<T, kThreads>(s_c, w, p, tile, tid);
   __syncthreads();
 
-  store_tile<T, BM, BN, kThreads>(s_c, s_cols, w, p, m0, feature_major_out, tid);
+  store_tile<T, BM, BN, kThreads>(s_c, w, p, m0, feature_major_out, tid);
 }
 
 // Small M: CTA = (tile, K chunk); each thread streams value vectors of kept rows (Cols columns: 16 bytes, or

@@ -142,7 +142,6 @@ __global__ void __launch_bounds__(256, 1)
   __syncthreads();
   using Staged = StagedTile<BM, BN>;
   float* s_c = reinterpret_cast<float*>(smem);
-  int* s_cols = Staged::cols(s_c);
 #pragma unroll
   for (int i = 0; i < MIWG; ++i)
 #pragma unroll
@@ -153,7 +152,7 @@ __global__ void __launch_bounds__(256, 1)
     }
   Staged::template stage_columns<T, kThreads>(s_c, w, p, tile, tid);
   __syncthreads();
-  store_tile<T, BM, BN, kThreads>(s_c, s_cols, w, p, m0, feature_major_out, tid);
+  store_tile<T, BM, BN, kThreads>(s_c, w, p, m0, feature_major_out, tid);
 #else
   __trap();  // built without sm_90a: the host never selects this kernel (see wgmma_available)
 #endif

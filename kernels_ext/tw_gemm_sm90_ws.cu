@@ -197,7 +197,6 @@ __device__ __forceinline__ void consumer_epilogue(const PackedTile& w, const Pro
   const int wtid = threadIdx.x % Cfg::kWarpgroup, lane = wtid & 31, wq = wtid >> 5, g = lane >> 2, t4 = lane & 3;
   using Staged = StagedTile<64, BN>;
   float* s_c = reinterpret_cast<float*>(stage_c);
-  int* s_cols = Staged::cols(s_c);
   const int bar_id = 1 + cwg;
   // A rolled loop keeps one copy of the stores; the accumulators are still indexed by compile-time b only.
 #pragma unroll 1
@@ -221,7 +220,7 @@ __device__ __forceinline__ void consumer_epilogue(const PackedTile& w, const Pro
     if (splits > 1) {
       add_partial_tile<64, BN, Cfg::kWarpgroup>(s_c, w, p, m0, it.tile, feature_major_out, wtid);
     } else {
-      store_tile<T, 64, BN, Cfg::kWarpgroup>(s_c, s_cols, w, p, m0, feature_major_out, wtid);
+      store_tile<T, 64, BN, Cfg::kWarpgroup>(s_c, w, p, m0, feature_major_out, wtid);
     }
   }
 }
