@@ -211,80 +211,193 @@ __global__ void __launch_bounds__(Cfg::kThreads)
   store_tile<T, BM, BN, kThreads>(s_c, w, p, m0, feature_major_out, tid);
 }
 
-// Small M: CTA = (tile, K chunk); each thread streams value vectors of kept rows (Cols columns: 16 bytes, or
-// 8 bytes for M > 4 to keep the Cols x MaxM accumulators in registers at full occupancy), the CTA reduces in
-// shared memory and adds its partial sums into the fp32 workspace. Bound by the weight bytes.
-template <typename T, int MaxM, int Cols>
-__global__ void __launch_bounds__(256) tw_gemv_kernel(PackedTile w, Problem p, int k_chunk) {
-  using Vec = std::conditional_t<Cols == 8, uint4, uint2>;
-  constexpr int kWarps = 256 / 32;
-  const int G = w.granularity, lanes_per_row = G / Cols, rows_par = 256 / lanes_per_row;
-  const int tile = blockIdx.x;
-  const int p0 = w.tile_ptr[tile], kt = w.tile_ptr[tile + 1] - p0;
-  const int kb = blockIdx.y * k_chunk;
-  if (kb >= kt) return;
-  const int ke = min(kt, kb + k_chunk);
-  const int tid = threadIdx.x, c = tid % lanes_per_row;
+// Small M (memory bound): CTA = (tile, slice of kGemvSliceCols columns, K split). Each lane streams value vectors
+// of Cols columns (16 bytes; 8 bytes for M > 4, so the MaxM x Cols accumulators fit beside more loads in flight)
+// from rows kRowSlots apart, so a warp reads whole 64-byte row segments. The tile's kept rows of x are gathered
+// into shared memory as fp32, [row][MaxM], one chunk at a time: the inner loop then reads x with one broadcast
+// shared load per row instead of a dependent global load per row and m. Each thread gathers a few whole rows per
+// chunk with all their loads in flight at once, from row indices it loaded a chunk ahead, and the chunk's first
+// value loads are issued before the gather: a gather that walked the chunk element by element, each load waiting
+// for its row index, set the kernel's length. Without a K split the CTA finishes its columns (bias, residual,
+// activation) and then takes its share of the pruned columns, so one launch is the whole call; a K split adds
+// partial sums into the fp32 workspace for the finalize pass.
+constexpr int kGemvSliceCols = 32;
+constexpr int kGemvThreads = 256;
+constexpr int kGemvStageFloats = 8192;  // 32 KB of gathered x per chunk
 
-  const T* x = static_cast<const T*>(p.x);
-  const T* vals = static_cast<const T*>(w.values);
-  const int M = static_cast<int>(p.M);
-  float acc[MaxM][Cols];
+// x(m, row) for m < MaxM as fp32: zeros past M and for a padding row (-1). A feature-major x whose rows are
+// 16-byte aligned (x_vec) is read as whole 16-byte runs; MaxM is then the power of two above M and the row stride
+// a multiple of 8 no smaller than M, so the run stays inside the row.
+template <typename T, int MaxM>
+__device__ __forceinline__ void gather_x_row(const T* x, const Problem& p, int row, int M, bool x_vec,
+                                             float (&out)[MaxM]) {
+  if (row < 0) {
 #pragma unroll
-  for (int m = 0; m < MaxM; ++m)
+    for (int m = 0; m < MaxM; ++m) out[m] = 0.0f;
+    return;
+  }
+  const T* src = x + static_cast<int64_t>(row) * p.sxk;
+  if constexpr (MaxM % 8 == 0) {
+    if (x_vec) {
 #pragma unroll
-    for (int e = 0; e < Cols; ++e) acc[m][e] = 0.0f;
-
-  constexpr int kUnroll = 4;  // independent row loads in flight per thread
-  for (int k0 = kb + tid / lanes_per_row; k0 < ke; k0 += rows_par * kUnroll) {
-    int row[kUnroll];
-    Vec v[kUnroll];
+      for (int c = 0; c < MaxM; c += 8) {
+        const uint4 q = __ldg(reinterpret_cast<const uint4*>(src + c));
+        const T* h = reinterpret_cast<const T*>(&q);
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int k = k0 + u * rows_par;
-      row[u] = k < ke ? w.rows[p0 + k] : -1;
-      if (row[u] >= 0) v[u] = __ldg(reinterpret_cast<const Vec*>(vals + static_cast<int64_t>(p0 + k) * G) + c);
-    }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      if (row[u] < 0) continue;
-      const T* wv = reinterpret_cast<const T*>(&v[u]);
-#pragma unroll
-      for (int m = 0; m < MaxM; ++m) {
-        if (m >= M) break;
-        const float xv = to_float(x[m * p.sxm + static_cast<int64_t>(row[u]) * p.sxk]);
-#pragma unroll
-        for (int e = 0; e < Cols; ++e) acc[m][e] += xv * to_float(wv[e]);
+        for (int e = 0; e < 8; ++e) out[c + e] = c + e < M ? to_float(h[e]) : 0.0f;
       }
+      return;
     }
   }
-  // Lanes sharing a column group reduce with shuffles; the 8 warps' partials then meet in shared memory, one
-  // row of M at a time (no shared-memory atomics: 8 warps contending on the same addresses serialise them).
+#pragma unroll
+  for (int m = 0; m < MaxM; ++m) out[m] = m < M ? to_float(src[m * p.sxm]) : 0.0f;
+}
+
+template <int MaxM>
+struct GemvShape {
+  static constexpr int kCols = MaxM <= 4 ? 8 : 4;
+  static constexpr int kLanesN = kGemvSliceCols / kCols;
+  static constexpr int kRowSlots = kGemvThreads / kLanesN;  // rows a CTA reads at once
+  static constexpr int kUnroll = 8;                          // row loads in flight per lane
+  static constexpr int kGatherRows = std::min(8, kGemvStageFloats / MaxM / kGemvThreads);  // per thread and chunk
+  static constexpr int kChunkRows = kGatherRows * kGemvThreads;
+  using Vec = std::conditional_t<kCols == 8, uint4, uint2>;
+  static_assert(kGemvThreads / 32 * MaxM * kGemvSliceCols <= kGemvStageFloats, "the reduction reuses the staging");
+};
+
+template <typename T, int MaxM>
+__global__ void __launch_bounds__(kGemvThreads) tw_gemv_kernel(PackedTile w, Problem p, int k_split) {
+  using Shape = GemvShape<MaxM>;
+  using Vec = typename Shape::Vec;
+  constexpr int kCols = Shape::kCols, kLanesN = Shape::kLanesN, kRowSlots = Shape::kRowSlots;
+  constexpr int kUnroll = Shape::kUnroll, kWarps = kGemvThreads / 32;
+  __shared__ __align__(16) float s_x[kGemvStageFloats];
+  const int slices = w.granularity / kGemvSliceCols;
+  const int tile = blockIdx.x / slices, slice = blockIdx.x % slices;
+  const int p0 = w.tile_ptr[tile], kt = w.tile_ptr[tile + 1] - p0;
+  const int kb = min(kt, static_cast<int>(blockIdx.y) * k_split), ke = min(kt, kb + k_split);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int lane_n = lane % kLanesN, slot = tid / kLanesN;
+  const int c0 = slice * kGemvSliceCols + lane_n * kCols;  // the lane's first column inside the tile
+
+  const T* x = static_cast<const T*>(p.x);
+  const T* vals = static_cast<const T*>(w.values) + static_cast<int64_t>(p0) * w.granularity + c0;
+  const int M = static_cast<int>(p.M);
+  float acc[MaxM][kCols];
 #pragma unroll
   for (int m = 0; m < MaxM; ++m)
 #pragma unroll
-    for (int e = 0; e < Cols; ++e) {
+    for (int e = 0; e < kCols; ++e) acc[m][e] = 0.0f;
+
+  Vec v[kUnroll];
+  auto load_batch = [&](int k, int k_end) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int row = k + u * kRowSlots;
+      if (row < k_end) v[u] = __ldg(reinterpret_cast<const Vec*>(vals + static_cast<int64_t>(row) * w.granularity));
+    }
+  };
+  int gather_rows[Shape::kGatherRows];  // kept-row indices of the thread's rows in the next chunk (-1: none)
+  auto load_gather_rows = [&](int k0) {
+#pragma unroll
+    for (int j = 0; j < Shape::kGatherRows; ++j) {
+      const int r = k0 + j * kGemvThreads + tid;
+      gather_rows[j] = r < ke ? w.rows[p0 + r] : -1;
+    }
+  };
+  const bool x_vec = MaxM % 8 == 0 && p.sxm == 1 && p.sxk % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+  load_gather_rows(kb);
+  for (int k0 = kb; k0 < ke; k0 += Shape::kChunkRows) {
+    const int k1 = min(ke, k0 + Shape::kChunkRows);
+    int k = k0 + slot;
+    load_batch(k, k1);
+    __syncthreads();  // the previous chunk is fully read
+    float gathered[Shape::kGatherRows][MaxM];
+#pragma unroll
+    for (int j = 0; j < Shape::kGatherRows; ++j) gather_x_row<T>(x, p, gather_rows[j], M, x_vec, gathered[j]);
+#pragma unroll
+    for (int j = 0; j < Shape::kGatherRows; ++j) {
+      float* dst = s_x + (j * kGemvThreads + tid) * MaxM;
+      if constexpr (MaxM % 4 == 0) {
+#pragma unroll
+        for (int m = 0; m < MaxM; m += 4) {
+          *reinterpret_cast<float4*>(dst + m) =
+              make_float4(gathered[j][m], gathered[j][m + 1], gathered[j][m + 2], gathered[j][m + 3]);
+        }
+      } else {
+#pragma unroll
+        for (int m = 0; m < MaxM; ++m) dst[m] = gathered[j][m];
+      }
+    }
+    load_gather_rows(k0 + Shape::kChunkRows);
+    __syncthreads();
+    for (; k < k1; k += kRowSlots * kUnroll) {
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int row = k + u * kRowSlots;
+        if (row >= k1) break;
+        const float* xs = s_x + (row - k0) * MaxM;
+        float xv[MaxM];
+        if constexpr (MaxM % 4 == 0) {
+#pragma unroll
+          for (int m = 0; m < MaxM; m += 4) {
+            const float4 q = ld_shared_f4(xs + m);
+            xv[m] = q.x, xv[m + 1] = q.y, xv[m + 2] = q.z, xv[m + 3] = q.w;
+          }
+        } else {
+#pragma unroll
+          for (int m = 0; m < MaxM; ++m) xv[m] = ld_shared_f32(xs + m);
+        }
+        const T* wv = reinterpret_cast<const T*>(&v[u]);
+#pragma unroll
+        for (int e = 0; e < kCols; ++e) {
+          const float we = to_float(wv[e]);
+#pragma unroll
+          for (int m = 0; m < MaxM; ++m) acc[m][e] += xv[m] * we;
+        }
+      }
+      if (k + kRowSlots * kUnroll < k1) load_batch(k + kRowSlots * kUnroll, k1);
+    }
+  }
+
+  // Lanes with the same lane_n hold sums for the same columns: fold the warp's row lanes, then the warps.
+#pragma unroll
+  for (int m = 0; m < MaxM; ++m)
+#pragma unroll
+    for (int e = 0; e < kCols; ++e) {
       float s = acc[m][e];
-      for (int off = lanes_per_row; off < 32; off <<= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+#pragma unroll
+      for (int off = kLanesN; off < 32; off <<= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
       acc[m][e] = s;
     }
-  __shared__ float s_part[kWarps][128];
-  const int warp = tid >> 5, lane = tid & 31;
+  __syncthreads();  // the staging is reused for the partial sums, [warp][m][slice column]
+  if (lane < kLanesN) {
 #pragma unroll
-  for (int m = 0; m < MaxM; ++m) {
-    if (m >= M) break;
-    if (lane < lanes_per_row) {
+    for (int m = 0; m < MaxM; ++m)
 #pragma unroll
-      for (int e = 0; e < Cols; ++e) s_part[warp][c * Cols + e] = acc[m][e];
+      for (int e = 0; e < kCols; ++e) s_x[(warp * MaxM + m) * kGemvSliceCols + lane * kCols + e] = acc[m][e];
+  }
+  __syncthreads();
+  const bool split = gridDim.y > 1;
+  for (int t = tid; t < M * kGemvSliceCols; t += kGemvThreads) {
+    const int m = t / kGemvSliceCols, c = t % kGemvSliceCols;
+    const int pos = tile * w.granularity + slice * kGemvSliceCols + c;
+    const int col = w.cols[pos];
+    if (col < 0) continue;  // padding of the last tile
+    float s[1] = {0.0f};
+#pragma unroll
+    for (int i = 0; i < kWarps; ++i) s[0] += s_x[(i * MaxM + m) * kGemvSliceCols + c];
+    if (split) {
+      atomicAdd(p.workspace + ws_index(w, p, m, pos), s[0]);
+      continue;
     }
-    __syncthreads();
-    if (tid < G) {
-      float s = 0.0f;
-#pragma unroll
-      for (int i = 0; i < kWarps; ++i) s += s_part[i][tid];
-      atomicAdd(p.workspace + ws_index(w, p, m, static_cast<int64_t>(tile) * G + tid), s);
-    }
-    __syncthreads();
+    add_bias_residual_run<T, 1>(s, col, m, w, p);
+    activate_run(s, p.activation);
+    static_cast<T*>(p.y)[m * p.sym + static_cast<int64_t>(col) * p.syn] = from_float<T>(s[0]);
+  }
+  if (!split) {
+    finalize_share<T>(w, p, false, static_cast<int64_t>(blockIdx.x) * blockDim.x + tid,
+                      static_cast<int64_t>(gridDim.x) * blockDim.x);
   }
 }
 
@@ -363,19 +476,29 @@ const char* dispatch_mma(const PackedTile& w, const Problem& p, int splits) {
   }
 }
 
-template <typename T>
-const char* dispatch_gemv(const PackedTile& w, const Problem& p) {
-  // Chunks of K small enough to give every SM a few CTAs, large enough to amortise the reduction.
-  const int64_t total_rows = std::max<int64_t>(1, static_cast<int64_t>(w.max_tile_k) * w.num_tiles);
-  int k_chunk = cdiv(total_rows, 2LL * p.num_sms);
-  k_chunk = std::max(64, cdiv(k_chunk, kKStep) * kKStep);
-  const dim3 grid(w.num_tiles, cdiv(w.max_tile_k, k_chunk));
-  if (p.M <= 1) tw_gemv_kernel<T, 1, 8><<<grid, 256, 0, p.stream>>>(w, p, k_chunk);
-  else if (p.M <= 2) tw_gemv_kernel<T, 2, 8><<<grid, 256, 0, p.stream>>>(w, p, k_chunk);
-  else if (p.M <= 4) tw_gemv_kernel<T, 4, 8><<<grid, 256, 0, p.stream>>>(w, p, k_chunk);
-  else if (p.M <= 8) tw_gemv_kernel<T, 8, 4><<<grid, 256, 0, p.stream>>>(w, p, k_chunk);
-  else tw_gemv_kernel<T, 16, 4><<<grid, 256, 0, p.stream>>>(w, p, k_chunk);
+// K splits of the GEMV: none unless its CTAs would fill less than half the GPU, then enough for about two CTAs
+// per SM, each with at least 256 kept rows.
+int gemv_splits(const PackedTile& w, const Problem& p) {
+  const int64_t ctas = static_cast<int64_t>(w.num_tiles) * (w.granularity / kGemvSliceCols);
+  if (2 * ctas >= p.num_sms) return 1;
+  return static_cast<int>(std::min<int64_t>(cdiv(2 * p.num_sms, ctas), std::max(1, w.max_tile_k / 256)));
+}
+
+template <typename T, int MaxM>
+const char* run_gemv(const PackedTile& w, const Problem& p, int splits) {
+  const int k_split = cdiv(cdiv(w.max_tile_k, splits), kKStep) * kKStep;
+  const dim3 grid(w.num_tiles * (w.granularity / kGemvSliceCols), splits);
+  tw_gemv_kernel<T, MaxM><<<grid, kGemvThreads, 0, p.stream>>>(w, p, std::max(k_split, kKStep));
   return check_launch();
+}
+
+template <typename T>
+const char* dispatch_gemv(const PackedTile& w, const Problem& p, int splits) {
+  if (p.M <= 1) return run_gemv<T, 1>(w, p, splits);
+  if (p.M <= 2) return run_gemv<T, 2>(w, p, splits);
+  if (p.M <= 4) return run_gemv<T, 4>(w, p, splits);
+  if (p.M <= 8) return run_gemv<T, 8>(w, p, splits);
+  return run_gemv<T, 16>(w, p, splits);
 }
 
 template <typename T>
@@ -409,7 +532,7 @@ const char* run(const PackedTile& w, const Problem& p) {
   const char* e = nullptr;
   switch (plan.path) {
     case Path::kGemv:
-      e = dispatch_gemv<T>(w, p);
+      e = dispatch_gemv<T>(w, p, plan.splits);
       break;
     case Path::kWgmma:
       e = launch_wgmma(w, p, plan);
@@ -424,9 +547,10 @@ const char* run(const PackedTile& w, const Problem& p) {
       return "the requested TW kernel path is unavailable (wgmma needs an sm_90a build, a Hopper GPU and G 64/128)";
   }
   if (e != nullptr) return e;
-  const bool all_columns = plan.path == Path::kGemv || plan.splits > 1;
-  if (plan.path == Path::kWgmmaWs && fills_pruned_columns(p, plan.splits)) return nullptr;
-  return run_finalize<T>(w, p, all_columns);
+  if (plan.splits > 1) return run_finalize<T>(w, p, true);
+  // Without a K split the GEMV finishes every column itself, and the warp-specialized kernel a feature-major y's.
+  if (plan.path == Path::kGemv || (plan.path == Path::kWgmmaWs && fills_pruned_columns(p, 1))) return nullptr;
+  return run_finalize<T>(w, p, false);
 }
 
 }  // namespace
@@ -435,6 +559,7 @@ Plan make_plan(const PackedTile& w, const Problem& p) {
   Plan plan{};
   if (p.M <= kSmallM) {
     plan.path = Path::kGemv;
+    plan.splits = gemv_splits(w, p);
     return plan;
   }
   const bool hopper_ok = (w.granularity == 64 || w.granularity == 128) && wgmma_available();
@@ -459,8 +584,7 @@ Plan make_plan(const PackedTile& w, const Problem& p) {
 
 bool needs_workspace(const PackedTile& w, const Problem& p) {
   if (w.num_tiles == 0) return false;
-  const Plan plan = make_plan(w, p);
-  return plan.path == Path::kGemv || plan.splits > 1;
+  return make_plan(w, p).splits > 1;
 }
 
 const char* launch_tw_matmul(const PackedTile& w, const Problem& p) {

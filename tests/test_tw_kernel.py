@@ -76,6 +76,26 @@ def test_sweep_matches_fp32_reference(kernel: str, dtype: torch.dtype, granulari
             assert err_fm <= KERNEL_TOLERANCE[dtype], f"feature-major M={m} K={k} N={n}: rel err {err_fm:.2e}"
 
 
+# Small M (the GEMV) at (M, K, N): N 4104 gives enough tiles that every CTA owns its tiles' whole kept K and
+# finishes its columns itself; N 520 gives so few that K is split over CTAs and a finalize pass; kept K above 512
+# spans several gathered chunks of x at M 16.
+GEMV_SHAPES = [(1, 1544, 4104), (2, 1032, 520), (5, 1544, 4104), (8, 264, 4104), (13, 1544, 520), (16, 1544, 4104)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("granularity", [32, 64, 128])
+def test_small_m_matches_fp32_reference(dtype: torch.dtype, granularity: int) -> None:
+    activations = itertools.cycle([None, "relu", "gelu"])
+    for i, (m, k, n) in enumerate(GEMV_SHAPES):
+        act = next(activations)
+        packed, x, bias, ref = _case(m, k, n, granularity, dtype, seed=20 + i, residual=i % 2 == 0, activation=act)
+        err = rel_err(tw_matmul(x, packed, bias, act), ref)
+        assert err <= KERNEL_TOLERANCE[dtype], f"M={m} K={k} N={n} G={granularity} act={act}: rel err {err:.2e}"
+        yt = packed.matmul_feature_major(x.t().contiguous(), bias, act)
+        err_fm = rel_err(yt.t(), ref)
+        assert err_fm <= KERNEL_TOLERANCE[dtype], f"feature-major M={m} K={k} N={n}: rel err {err_fm:.2e}"
+
+
 def test_repeated_calls_are_deterministic_without_split() -> None:
     packed, x, bias, _ = _case(512, 256, 512, 128, torch.float16, seed=7, residual=True, activation="gelu")
     first = packed.matmul(x, bias, "gelu")
@@ -86,9 +106,9 @@ def test_repeated_calls_are_deterministic_without_split() -> None:
 def test_every_output_written() -> None:
     """The output block is first filled with NaN (the caching allocator hands the same block back), so any
     element the kernels skip shows up as non-finite."""
-    for m, g in [(4096, 64), (8, 128), (160, 32)]:
-        packed, x, bias, ref = _case(m, 768, 1024, g, torch.float16, seed=3, residual=True, activation=None)
-        poison = torch.full((m, 1024), float("nan"), device="cuda", dtype=torch.float16)
+    for m, n, g in [(4096, 1024, 64), (8, 1024, 128), (1, 4096, 128), (160, 1024, 32)]:
+        packed, x, bias, ref = _case(m, 768, n, g, torch.float16, seed=3, residual=True, activation=None)
+        poison = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float16)
         del poison
         assert rel_err(packed.matmul(x, bias), ref) <= KERNEL_TOLERANCE[torch.float16]
 
