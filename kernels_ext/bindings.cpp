@@ -107,6 +107,7 @@ at::Tensor tw_matmul(const at::Tensor& x, const at::Tensor& values, const at::Te
   check_index(tile_ptr, "tile_ptr", device, -1);
   check_index(rows, "rows", device, -1);
   TORCH_CHECK(rows.numel() % tw::kKStep == 0, "rows must be padded to a multiple of ", num(tw::kKStep));
+  TORCH_CHECK(aligned16(rows.data_ptr()), "rows must be 16-byte aligned");
   TORCH_CHECK(values.numel() == rows.numel() * granularity, "values must hold rows x G = ",
               num(rows.numel() * granularity), " entries, got ", num(values.numel()));
   check_index(cols, "cols", device, num_tiles * granularity);
@@ -161,14 +162,15 @@ at::Tensor tw_matmul(const at::Tensor& x, const at::Tensor& values, const at::Te
   p.syn = feature_major ? M : 1;
   p.y_vec16 = aligned16(p.y) && (feature_major ? M % 8 == 0 : N % 8 == 0);
 
-  // Large M runs on a feature-major x, so a row-major x is transposed here. With pruned columns the result comes
-  // back through a transpose too: the kernel writes a feature-major y as whole 128-byte column runs, while a
-  // row-major y's kept columns are scattered over each row, so its stores would be a few bytes per sector. A
-  // weight that keeps every column (vector-wise N:M: each tile owns G adjacent columns) writes whole 16-byte runs
-  // of a row-major y directly. Callers that keep activations feature-major pass feature_major=true and skip both.
+  // The tensor-core kernels (M above kGemvMaxM) run on a feature-major x, so a row-major x is transposed here. For
+  // large M with pruned columns the result comes back through a transpose too: the kernel writes a feature-major y
+  // as whole 128-byte column runs, while a row-major y's kept columns are scattered over each row, so its stores
+  // would be a few bytes per sector (at M <= kSmallM those few rows are written directly). A weight that keeps every
+  // column (vector-wise N:M: each tile owns G adjacent columns) writes whole 16-byte runs of a row-major y directly.
+  // Callers that keep activations feature-major pass feature_major=true and skip both.
   at::Tensor xt, yt;
-  const bool transposes_x = !feature_major && M > tw::kSmallM;
-  const bool transposes_y = transposes_x && pruned_cols.numel() > 0;
+  const bool transposes_x = !feature_major && M > tw::kGemvMaxM;
+  const bool transposes_y = transposes_x && M > tw::kSmallM && pruned_cols.numel() > 0;
   const int64_t ldt = (M + 7) / 8 * 8;
   if (!transposes_x) {
     p.x = x.data_ptr();

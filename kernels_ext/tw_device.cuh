@@ -185,7 +185,7 @@ struct StagedTile {
   static constexpr int kRowLd = BN + 8, kColLd = BM + 4;
   static constexpr int kFloats = BM * kRowLd > BN * kColLd ? BM * kRowLd : BN * kColLd;
   static constexpr int kBytes = kFloats * 4 + BN * 8;  // + the tile's column list and their biases
-  static_assert(BM % 64 == 0 && BN % 32 == 0, "pads chosen for these multiples");
+  static_assert(BM % 16 == 0 && BN % 32 == 0, "pads chosen for these multiples");
 
   // Stores the accumulator pair (r, n), (r, n + 1): a conflict-free float2 (row-major: bank 8g + 2t4), or two
   // words (column-major: bank 8t4 + g for fragment row g and column pair t4).

@@ -45,27 +45,34 @@ __device__ __forceinline__ void mma_16816<__nv_bfloat16>(float* d, const uint32_
 // at the same logical chunk land in 8 different bank groups.
 template <int Chunks>
 __device__ __forceinline__ int swizzle(int row, int chunk) {
-  static_assert(Chunks >= 4, "rows of at least 64 bytes");
+  static_assert(Chunks >= 2, "rows of at least 32 bytes");
   if constexpr (Chunks >= 8) {
     return chunk ^ (row & 7);
-  } else {
+  } else if constexpr (Chunks == 4) {
     return chunk ^ ((row >> 1) & 3);
+  } else {
+    return chunk ^ ((row >> 2) & 1);
   }
 }
 
-template <int BM, int BN, int WarpsM, int WarpsN, int Stages>
+// StagedRows > 0 (the small-M configurations): every K split is StagedRows kept rows long, whatever the tile's kept
+// K, and a CTA first copies its rows' indices into shared memory. Their K steps are so short that fetching each
+// step's indices one step ahead put that load's latency on every step, and that splitting each tile into the same
+// number of pieces left the CTAs of the heaviest tiles streaming long after the others had finished.
+template <int BM, int BN, int WarpsM, int WarpsN, int Stages, int StagedRows = 0>
 struct MmaConfig {
-  static constexpr int kBM = BM, kBN = BN, kBK = kKStep, kStages = Stages;
+  static constexpr int kBM = BM, kBN = BN, kBK = kKStep, kStages = Stages, kStagedRows = StagedRows;
   static constexpr int kThreads = WarpsM * WarpsN * 32;
   static constexpr int kWM = BM / WarpsM, kWN = BN / WarpsN;
   static constexpr int kMI = kWM / 16, kNI = kWN / 8;
   static constexpr int kAChunks = BM / 8, kBChunks = BN / 8;
   static constexpr int kAIters = kBK * kAChunks / kThreads;
-  static constexpr int kPipeBytes = Stages * kBK * (BM + BN) * 2;
+  static constexpr int kPipeBytes = Stages * kBK * (BM + BN) * 2 + StagedRows * 4;
   static constexpr int kEpiBytes = StagedTile<BM, BN>::kBytes;
   static constexpr int kSmemBytes = kPipeBytes > kEpiBytes ? kPipeBytes : kEpiBytes;
   static_assert(kNI % 2 == 0 && kWM % 16 == 0, "warp tile");
   static_assert(kBK * kAChunks % kThreads == 0, "A loader split");
+  static_assert(StagedRows % kBK == 0, "whole K steps of staged indices");
 };
 
 // One CTA = (tile, M block, K split) of the tensor-core path; x is feature-major: x[k*ldx + m].
@@ -90,16 +97,31 @@ __global__ void __launch_bounds__(Cfg::kThreads)
   const int64_t ldx = p.sxk, M = p.M, m0 = static_cast<int64_t>(mb) * BM;
   const int p0 = w.tile_ptr[tile];
   const int ksteps = (w.tile_ptr[tile + 1] - p0) / BK;
-  const int per_split = (ksteps + splits - 1) / splits;
+  const int per_split = Cfg::kStagedRows > 0 ? Cfg::kStagedRows / BK : (ksteps + splits - 1) / splits;
   const int s0 = split * per_split, s1 = min(ksteps, s0 + per_split);
   if (splits > 1 && s0 >= s1) return;  // the workspace already holds zeros for this slice
 
+  // The CTA's kept-row indices in shared memory (StagedRows > 0).
+  int* s_rows = reinterpret_cast<int*>(s_b + kStages * BK * BN);
+  if constexpr (Cfg::kStagedRows > 0) {
+    const int4* src = reinterpret_cast<const int4*>(w.rows + p0 + s0 * BK);
+    for (int i = tid; i < max(0, s1 - s0) * BK / 4; i += kThreads) {
+      cp_async16(s_rows + i * 4, src + i, 16);
+    }
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
+  }
   int row_idx[Cfg::kAIters];  // kept-row indices of the next stage to issue, fetched one step early
   auto fetch_rows = [&](int ks) {
 #pragma unroll
     for (int j = 0; j < Cfg::kAIters; ++j) {
       const int r = (tid + j * kThreads) / ACH;
-      row_idx[j] = ks < s1 ? w.rows[p0 + ks * BK + r] : -1;
+      if constexpr (Cfg::kStagedRows > 0) {
+        row_idx[j] = ks < s1 ? ld_shared_s32(s_rows + (ks - s0) * BK + r) : -1;
+      } else {
+        row_idx[j] = ks < s1 ? w.rows[p0 + ks * BK + r] : -1;
+      }
     }
   };
   auto load_stage = [&](int stage, int ks) {
@@ -463,15 +485,22 @@ const char* run_mma(const PackedTile& w, const Problem& p, int splits) {
 using Cfg128 = MmaConfig<128, 128, 2, 4, 4>;
 using Cfg64 = MmaConfig<256, 64, 4, 2, 4>;
 using Cfg32 = MmaConfig<256, 32, 8, 1, 4>;
+// Small M (kGemvMaxM < M <= kSmallM): one 16-row block, one or two warps along G, and a deep pipeline, since the
+// kernel is bound by the packed values' bytes and each CTA streams only a few kilobytes per stage.
+constexpr int kSmallMBlock = 16, kSmallMSplitRows = 256;
+using Cfg128Small = MmaConfig<kSmallMBlock, 128, 1, 2, 8, kSmallMSplitRows>;
+using Cfg64Small = MmaConfig<kSmallMBlock, 64, 1, 2, 8, kSmallMSplitRows>;
+using Cfg32Small = MmaConfig<kSmallMBlock, 32, 1, 1, 8, kSmallMSplitRows>;
 
 int block_m(int G) { return G == 128 ? Cfg128::kBM : (G == 64 ? Cfg64::kBM : Cfg32::kBM); }
 
 template <typename T>
-const char* dispatch_mma(const PackedTile& w, const Problem& p, int splits) {
+const char* dispatch_mma(const PackedTile& w, const Problem& p, const Plan& plan) {
+  const bool small = plan.block_m == kSmallMBlock;
   switch (w.granularity) {
-    case 128: return run_mma<T, Cfg128>(w, p, splits);
-    case 64: return run_mma<T, Cfg64>(w, p, splits);
-    case 32: return run_mma<T, Cfg32>(w, p, splits);
+    case 128: return small ? run_mma<T, Cfg128Small>(w, p, plan.splits) : run_mma<T, Cfg128>(w, p, plan.splits);
+    case 64: return small ? run_mma<T, Cfg64Small>(w, p, plan.splits) : run_mma<T, Cfg64>(w, p, plan.splits);
+    case 32: return small ? run_mma<T, Cfg32Small>(w, p, plan.splits) : run_mma<T, Cfg32>(w, p, plan.splits);
     default: return "granularity must be 32, 64 or 128";
   }
 }
@@ -516,7 +545,9 @@ const char* run_finalize(const PackedTile& w, const Problem& p, bool all_columns
 constexpr int kLongItemK = 1024;
 
 int splits_for(const PackedTile& w, const Problem& p, int bm) {
-  // Split K only when the CTAs would fill less than half the GPU: a second wave costs as much as the
+  // Small M: splits of kSmallMSplitRows kept rows each (the kernel's own rule), enough for the heaviest tile.
+  if (bm == kSmallMBlock) return std::max(1, cdiv(w.max_tile_k, kSmallMSplitRows));
+  // Otherwise split K only when the CTAs would fill less than half the GPU: a second wave costs as much as the
   // atomics and the finalize pass that splitting adds.
   const int64_t ctas = static_cast<int64_t>(w.num_tiles) * cdiv(p.M, bm);
   if (2 * ctas > p.num_sms) return 1;
@@ -541,7 +572,7 @@ const char* run(const PackedTile& w, const Problem& p) {
       e = launch_wgmma_ws(w, p, plan);
       break;
     case Path::kMmaSync:
-      e = dispatch_mma<T>(w, p, plan.splits);
+      e = dispatch_mma<T>(w, p, plan);
       break;
     default:
       return "the requested TW kernel path is unavailable (wgmma needs an sm_90a build, a Hopper GPU and G 64/128)";
@@ -558,8 +589,17 @@ const char* run(const PackedTile& w, const Problem& p) {
 Plan make_plan(const PackedTile& w, const Problem& p) {
   Plan plan{};
   if (p.M <= kSmallM) {
-    plan.path = Path::kGemv;
-    plan.splits = gemv_splits(w, p);
+    // Above kGemvMaxM rows the GEMV's FMAs, not the weight bytes, would set its time: tensor cores take over where
+    // x is feature-major with 16-byte rows (the binding transposes a row-major x into that form).
+    const bool x_rows16 = p.sxm == 1 && p.sxk % 8 == 0 && reinterpret_cast<uintptr_t>(p.x) % 16 == 0;
+    if (p.M > kGemvMaxM && x_rows16) {
+      plan.path = Path::kMmaSync;
+      plan.block_m = kSmallMBlock;
+      plan.splits = splits_for(w, p, plan.block_m);
+    } else {
+      plan.path = Path::kGemv;
+      plan.splits = gemv_splits(w, p);
+    }
     return plan;
   }
   const bool hopper_ok = (w.granularity == 64 || w.granularity == 128) && wgmma_available();

@@ -61,7 +61,8 @@ struct Plan {
 };
 
 constexpr int kKStep = 32;  // kept K of every tile is padded to a multiple of this
-constexpr int kSmallM = 16; // M up to this runs the split-K GEMV path (memory bound)
+constexpr int kSmallM = 16;   // M up to this is memory bound: the GEMV, or the 16-row mma.sync kernel
+constexpr int kGemvMaxM = 8;  // M up to this always runs the GEMV; above, a feature-major x runs on tensor cores
 
 // Kernel family, CTA rows and K splits for this call (also what needs_workspace() decides from).
 Plan make_plan(const PackedTile& w, const Problem& p);

@@ -76,9 +76,10 @@ def test_sweep_matches_fp32_reference(kernel: str, dtype: torch.dtype, granulari
             assert err_fm <= KERNEL_TOLERANCE[dtype], f"feature-major M={m} K={k} N={n}: rel err {err_fm:.2e}"
 
 
-# Small M (the GEMV) at (M, K, N): N 4104 gives enough tiles that every CTA owns its tiles' whole kept K and
-# finishes its columns itself; N 520 gives so few that K is split over CTAs and a finalize pass; kept K above 512
-# spans several gathered chunks of x at M 16.
+# Small M at (M, K, N): the GEMV up to M 8 and for a feature-major x without 16-byte rows (M 13), the 16-row
+# tensor-core kernel above. N 4104 gives enough tiles that every CTA owns its tiles' whole kept K and finishes its
+# columns itself (G 32); N 520 gives so few that K is split over CTAs and a finalize pass; kept K above 512 spans
+# several gathered chunks of x in the GEMV at M 8.
 GEMV_SHAPES = [(1, 1544, 4104), (2, 1032, 520), (5, 1544, 4104), (8, 264, 4104), (13, 1544, 520), (16, 1544, 4104)]
 
 
@@ -106,7 +107,7 @@ def test_repeated_calls_are_deterministic_without_split() -> None:
 def test_every_output_written() -> None:
     """The output block is first filled with NaN (the caching allocator hands the same block back), so any
     element the kernels skip shows up as non-finite."""
-    for m, n, g in [(4096, 1024, 64), (8, 1024, 128), (1, 4096, 128), (160, 1024, 32)]:
+    for m, n, g in [(4096, 1024, 64), (8, 1024, 128), (1, 4096, 128), (16, 4096, 128), (16, 4096, 32), (160, 1024, 32)]:
         packed, x, bias, ref = _case(m, 768, n, g, torch.float16, seed=3, residual=True, activation=None)
         poison = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float16)
         del poison
