@@ -6,7 +6,8 @@
 // K split), gathers the tile's kept rows of the feature-major activations xT (K x M) with 16-byte cp.async (each
 // kept row is a contiguous run of M, so the gather is coalesced), streams the tile's dense values, and writes its
 // G output columns through `cols`. Tiles come sorted by kept K, heaviest first, so the block scheduler balances
-// them over the SMs. Small M runs a split-K GEMV that is bound by the weight bytes instead.
+// them over the SMs. Small M is bound by the weight bytes instead: a GEMV on CUDA cores up to kGemvMaxM rows, a
+// 16-row mma.sync configuration with short, equal K splits above.
 #include <algorithm>
 #include <type_traits>
 
@@ -423,7 +424,7 @@ __global__ void __launch_bounds__(kGemvThreads) tw_gemv_kernel(PackedTile w, Pro
   }
 }
 
-// Epilogue for the columns no tensor-core CTA wrote: every column after a split-K/GEMV pass (all_columns), else
+// Epilogue for the columns no tensor-core CTA wrote: every column after a split-K pass (all_columns), else
 // only the pruned ones (see finalize_share).
 template <typename T>
 __global__ void tw_finalize_kernel(PackedTile w, Problem p, bool all_columns) {

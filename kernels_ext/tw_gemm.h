@@ -11,8 +11,8 @@ namespace tw {
 
 enum class DType : int { kHalf = 0, kBFloat16 = 1 };
 enum class Activation : int { kNone = 0, kRelu = 1, kGelu = 2 };
-// Kernel family: auto picks the GEMV for small M, else the warp-specialized wgmma kernel on Hopper builds, else
-// mma.sync. kWgmma is the earlier wgmma kernel (every thread loads and multiplies), kept for A/B comparison.
+// Kernel family: auto picks the GEMV or the 16-row mma.sync configuration for M <= kSmallM, else the
+// warp-specialized wgmma kernel on Hopper builds, else mma.sync. kWgmma is the earlier wgmma kernel (every thread loads and multiplies), kept for A/B comparison.
 enum class Path : int { kAuto = 0, kMmaSync = 1, kWgmma = 2, kWgmmaWs = 3, kGemv = 4, kUnavailable = 5 };
 
 // Packed TW weight (see sparseprune/export/formats/tw.py). Tile t owns columns cols[t*G .. t*G+G) (-1 pads) and
