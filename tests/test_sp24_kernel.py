@@ -94,7 +94,11 @@ def test_forced_route_explains_why_it_cannot_run() -> None:
         (16, 64, 2, 4, 1, "sp24"),  # past one row the sparse tensor cores beat the SpMV
         (1, 64, 2, 4, 1, "simt"),  # a single row keeps the memory-bound SpMV
         (16, 64, 2, 8, 1, "simt"),  # other patterns keep it up to 16 rows
-        (16, 64, 2, 8, 16, "simt"),
+        (16, 64, 2, 8, 16, "simt"),  # V = 16 half-fills the TW tiles
+        (16, 64, 2, 8, 32, "tw"),  # wider vectors take the TW small-M kernels
+        (1, 64, 2, 8, 128, "tw"),
+        (1, 64, 2, 4, 128, "tw"),
+        (16, 64, 2, 4, 128, "sp24"),
         (4096, 64, 2, 4, 128, "sp24"),  # vector-wise 2:4 is 2:4 too, and beats the TW repack
         (4096, 40, 2, 4, 1, "simt"),  # K = 40 is no multiple of 16
         (4096, 64, 1, 4, 1, "simt"),  # 1:4 is not the hardware pattern

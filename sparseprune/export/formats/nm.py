@@ -8,8 +8,9 @@ holds each kept value's position inside its group, shared by the `vector` column
 - "simt": kernels_ext/nm_gemm.cu on CUDA cores, any `vector`. M <= 16 runs a memory-bound SpMV that reads every
   kept weight once; larger M a shared-memory-tiled SpMM with fp32 accumulation.
 - "tw": vector-wise N:M with V >= 16 is a tile-wise layout (each V-column block keeps the same K*kept/m rows), so it
-  is repacked once into PackedTW (memoised per `values` tensor) and runs on the TW tensor-core kernels; chosen for
-  M > 16. V = 16 fills half of each 32-column TW tile, so it does up to twice the ideal MMA work.
+  is repacked once into PackedTW (memoised per `values` tensor) and runs on the TW kernels; chosen for M > 16, and
+  for V >= 32 at every M (at small M, after the sparse tensor cores for 2:4). V = 16 fills half of each 32-column TW
+  tile, so it does up to twice the ideal MMA work.
 - "sp24": 2:4 (element- or vector-wise) on Hopper sparse tensor cores (sparseprune/export/formats/sp24.py); the
   weight is compressed once by CUTLASS on the GPU (memoised per `values` tensor, like the TW repack) and chosen for
   M > 1 (rows of x) on an sm_90 device when the extension holds the CUTLASS kernel; K must be a multiple of 16.
@@ -230,7 +231,13 @@ def auto_route(x: torch.Tensor, packed: PackedNM) -> str:
     # The sparse tensor cores read the 2:4 weight in about the time the SpMV does at M = 1 and stay flat with M,
     # while the SpMV's cost grows with every row (H100, 4096 x 11008: 0.92x against 1.0x dense at M = 1, 1.03x
     # against 0.09x at M = 16; bench/results/sp24_h100.md).
-    routes = ("sp24", "tw") if x.shape[0] > SMALL_M else ("sp24",) if x.shape[0] > 1 else ()
+    # A vector-wise weight that fills whole TW tiles (V >= 32) runs the TW small-M kernels near the weight-bytes
+    # bound, while the SpMV re-reads each shared index list per column (bench/results/nm_vw_decode_h100.md).
+    tw_small = ("tw",) if packed.vector >= 32 else ()
+    if x.shape[0] > SMALL_M:
+        routes: tuple[str, ...] = ("sp24", "tw")
+    else:
+        routes = ("sp24", *tw_small) if x.shape[0] > 1 else tw_small
     return next((route for route in routes if route_unavailable(x, packed, route) is None), "simt")
 
 
