@@ -485,6 +485,20 @@ __device__ __forceinline__ void finalize_share(const PackedTile& w, const Proble
   while (!cursor.done()) cursor.step(w, p);
 }
 
+// Thread `thread` of `threads` (whole warps, numbered consecutively) writes its share of the pruned columns: by
+// whole warps along a feature-major y past kSmallM rows (PrunedColumnFill), else one run of outputs per thread
+// (at small M a warp per column left most lanes idle and walked its columns one dependent step after another).
+template <typename T>
+__device__ __forceinline__ void fill_pruned_share(const PackedTile& w, const Problem& p, int64_t thread,
+                                                  int64_t threads) {
+  if (p.sym == 1 && p.M > kSmallM) {
+    PrunedColumnFill<T> fill(w, p, thread / 32, threads / 32);
+    while (!fill.done()) fill.step(w, p);
+  } else {
+    finalize_share<T>(w, p, false, thread, threads);
+  }
+}
+
 inline const char* check_launch() {
   const cudaError_t err = cudaGetLastError();
   return err == cudaSuccess ? nullptr : cudaGetErrorString(err);

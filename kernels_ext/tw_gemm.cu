@@ -67,12 +67,13 @@ struct MmaConfig {
   static constexpr int kWM = BM / WarpsM, kWN = BN / WarpsN;
   static constexpr int kMI = kWM / 16, kNI = kWN / 8;
   static constexpr int kAChunks = BM / 8, kBChunks = BN / 8;
-  static constexpr int kAIters = kBK * kAChunks / kThreads;
+  // A-loader chunks per thread; with fewer chunks than threads (16-row blocks) only the first threads load A.
+  static constexpr int kAIters = (kBK * kAChunks + kThreads - 1) / kThreads;
   static constexpr int kPipeBytes = Stages * kBK * (BM + BN) * 2 + StagedRows * 4;
   static constexpr int kEpiBytes = StagedTile<BM, BN>::kBytes;
   static constexpr int kSmemBytes = kPipeBytes > kEpiBytes ? kPipeBytes : kEpiBytes;
   static_assert(kNI % 2 == 0 && kWM % 16 == 0, "warp tile");
-  static_assert(kBK * kAChunks % kThreads == 0, "A loader split");
+  static_assert(kBK * kAChunks % kThreads == 0 || kAIters == 1, "A loader split");
   static_assert(StagedRows % kBK == 0, "whole K steps of staged indices");
 };
 
@@ -118,10 +119,12 @@ __global__ void __launch_bounds__(Cfg::kThreads)
 #pragma unroll
     for (int j = 0; j < Cfg::kAIters; ++j) {
       const int r = (tid + j * kThreads) / ACH;
-      if constexpr (Cfg::kStagedRows > 0) {
-        row_idx[j] = ks < s1 ? ld_shared_s32(s_rows + (ks - s0) * BK + r) : -1;
+      if (r >= BK || ks >= s1) {
+        row_idx[j] = -1;
+      } else if constexpr (Cfg::kStagedRows > 0) {
+        row_idx[j] = ld_shared_s32(s_rows + (ks - s0) * BK + r);
       } else {
-        row_idx[j] = ks < s1 ? w.rows[p0 + ks * BK + r] : -1;
+        row_idx[j] = w.rows[p0 + ks * BK + r];
       }
     }
   };
@@ -131,6 +134,7 @@ __global__ void __launch_bounds__(Cfg::kThreads)
 #pragma unroll
     for (int j = 0; j < Cfg::kAIters; ++j) {
       const int i = tid + j * kThreads, r = i / ACH, c = i % ACH;
+      if (r >= BK) break;  // only where the A tile has fewer chunks than the CTA has threads
       const int64_t m = m0 + c * 8;
       const bool ok = row_idx[j] >= 0 && m < M;
       const T* src = ok ? x + static_cast<int64_t>(row_idx[j]) * ldx + m : x;
@@ -232,6 +236,8 @@ __global__ void __launch_bounds__(Cfg::kThreads)
   __syncthreads();
 
   store_tile<T, BM, BN, kThreads>(s_c, w, p, m0, feature_major_out, tid);
+  fill_pruned_share<T>(w, p, static_cast<int64_t>(blockIdx.x) * kThreads + tid,
+                       static_cast<int64_t>(gridDim.x) * kThreads);
 }
 
 // Small M (memory bound): CTA = (tile, slice of kGemvSliceCols columns, K split). Each lane streams value vectors
@@ -419,8 +425,8 @@ __global__ void __launch_bounds__(kGemvThreads) tw_gemv_kernel(PackedTile w, Pro
     static_cast<T*>(p.y)[m * p.sym + static_cast<int64_t>(col) * p.syn] = from_float<T>(s[0]);
   }
   if (!split) {
-    finalize_share<T>(w, p, false, static_cast<int64_t>(blockIdx.x) * blockDim.x + tid,
-                      static_cast<int64_t>(gridDim.x) * blockDim.x);
+    fill_pruned_share<T>(w, p, static_cast<int64_t>(blockIdx.x) * blockDim.x + tid,
+                         static_cast<int64_t>(gridDim.x) * blockDim.x);
   }
 }
 
@@ -428,14 +434,13 @@ __global__ void __launch_bounds__(kGemvThreads) tw_gemv_kernel(PackedTile w, Pro
 // only the pruned ones (see finalize_share).
 template <typename T>
 __global__ void tw_finalize_kernel(PackedTile w, Problem p, bool all_columns) {
-  if (!all_columns && p.sym == 1) {  // a feature-major y's pruned columns: whole warps per chunk of a column
-    PrunedColumnFill<T> fill(w, p, (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32,
-                             static_cast<int64_t>(gridDim.x) * blockDim.x / 32);
-    while (!fill.done()) fill.step(w, p);
-    return;
+  const int64_t thread = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t threads = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  if (all_columns) {
+    finalize_share<T>(w, p, true, thread, threads);
+  } else {
+    fill_pruned_share<T>(w, p, thread, threads);
   }
-  finalize_share<T>(w, p, all_columns, static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x,
-                    static_cast<int64_t>(gridDim.x) * blockDim.x);
 }
 
 // out[c*ld_out + r] = in[r*ld_in + c] for r < R, c < C, through 64 x 64 tiles in shared memory: 16-byte loads along
@@ -488,20 +493,28 @@ using Cfg64 = MmaConfig<256, 64, 4, 2, 4>;
 using Cfg32 = MmaConfig<256, 32, 8, 1, 4>;
 // Small M (kGemvMaxM < M <= kSmallM): one 16-row block, one or two warps along G, and a deep pipeline, since the
 // kernel is bound by the packed values' bytes and each CTA streams only a few kilobytes per stage.
+// A warp per 16 columns (G / 16 warps): with fewer, one warp per scheduler issued the loop's address arithmetic
+// and copies at a few cycles per instruction.
 constexpr int kSmallMBlock = 16, kSmallMSplitRows = 256;
-using Cfg128Small = MmaConfig<kSmallMBlock, 128, 1, 2, 8, kSmallMSplitRows>;
-using Cfg64Small = MmaConfig<kSmallMBlock, 64, 1, 2, 8, kSmallMSplitRows>;
-using Cfg32Small = MmaConfig<kSmallMBlock, 32, 1, 1, 8, kSmallMSplitRows>;
+using Cfg128Small = MmaConfig<kSmallMBlock, 128, 1, 8, 8, kSmallMSplitRows>;
+using Cfg64Small = MmaConfig<kSmallMBlock, 64, 1, 4, 8, kSmallMSplitRows>;
+using Cfg32Small = MmaConfig<kSmallMBlock, 32, 1, 2, 8, kSmallMSplitRows>;
 
 int block_m(int G) { return G == 128 ? Cfg128::kBM : (G == 64 ? Cfg64::kBM : Cfg32::kBM); }
 
 template <typename T>
 const char* dispatch_mma(const PackedTile& w, const Problem& p, const Plan& plan) {
-  const bool small = plan.block_m == kSmallMBlock;
+  if (plan.block_m == kSmallMBlock) {
+    switch (w.granularity) {
+      case 128: return run_mma<T, Cfg128Small>(w, p, plan.splits);
+      case 64: return run_mma<T, Cfg64Small>(w, p, plan.splits);
+      default: return run_mma<T, Cfg32Small>(w, p, plan.splits);
+    }
+  }
   switch (w.granularity) {
-    case 128: return small ? run_mma<T, Cfg128Small>(w, p, plan.splits) : run_mma<T, Cfg128>(w, p, plan.splits);
-    case 64: return small ? run_mma<T, Cfg64Small>(w, p, plan.splits) : run_mma<T, Cfg64>(w, p, plan.splits);
-    case 32: return small ? run_mma<T, Cfg32Small>(w, p, plan.splits) : run_mma<T, Cfg32>(w, p, plan.splits);
+    case 128: return run_mma<T, Cfg128>(w, p, plan.splits);
+    case 64: return run_mma<T, Cfg64>(w, p, plan.splits);
+    case 32: return run_mma<T, Cfg32>(w, p, plan.splits);
     default: return "granularity must be 32, 64 or 128";
   }
 }
@@ -546,7 +559,7 @@ const char* run_finalize(const PackedTile& w, const Problem& p, bool all_columns
 constexpr int kLongItemK = 1024;
 
 int splits_for(const PackedTile& w, const Problem& p, int bm) {
-  // Small M: splits of kSmallMSplitRows kept rows each (the kernel's own rule), enough for the heaviest tile.
+  // Small M: pieces of kSmallMSplitRows kept rows each (the kernel's own rule), enough for the heaviest tile.
   if (bm == kSmallMBlock) return std::max(1, cdiv(w.max_tile_k, kSmallMSplitRows));
   // Otherwise split K only when the CTAs would fill less than half the GPU: a second wave costs as much as the
   // atomics and the finalize pass that splitting adds.
@@ -580,8 +593,10 @@ const char* run(const PackedTile& w, const Problem& p) {
   }
   if (e != nullptr) return e;
   if (plan.splits > 1) return run_finalize<T>(w, p, true);
-  // Without a K split the GEMV finishes every column itself, and the warp-specialized kernel a feature-major y's.
-  if (plan.path == Path::kGemv || (plan.path == Path::kWgmmaWs && fills_pruned_columns(p, 1))) return nullptr;
+  // Without a K split the GEMV and the mma.sync kernel finish every column themselves, and the warp-specialized
+  // kernel a feature-major y's.
+  if (plan.path == Path::kGemv || plan.path == Path::kMmaSync) return nullptr;
+  if (plan.path == Path::kWgmmaWs && fills_pruned_columns(p, 1)) return nullptr;
   return run_finalize<T>(w, p, false);
 }
 
