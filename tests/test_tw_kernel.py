@@ -77,10 +77,18 @@ def test_sweep_matches_fp32_reference(kernel: str, dtype: torch.dtype, granulari
 
 
 # Small M at (M, K, N): the GEMV up to M 8 and for a feature-major x without 16-byte rows (M 13), the 16-row
-# tensor-core kernel above. N 4104 gives enough tiles that every CTA owns its tiles' whole kept K and finishes its
-# columns itself (G 32); N 520 gives so few that K is split over CTAs and a finalize pass; kept K above 512 spans
-# several gathered chunks of x in the GEMV at M 8.
-GEMV_SHAPES = [(1, 1544, 4104), (2, 1032, 520), (5, 1544, 4104), (8, 264, 4104), (13, 1544, 520), (16, 1544, 4104)]
+# tensor-core kernel above. On an H100, N 16392 gives the GEMV 32-column slices and N 4104 16-column ones, each CTA
+# owning its tiles' whole kept K; N 520 gives so few tiles that K is split over CTAs and a finalize pass; kept K
+# above 512 spans several gathered chunks of x in the GEMV at M 8.
+GEMV_SHAPES = [
+    (1, 1544, 4104),
+    (2, 1032, 520),
+    (4, 264, 16392),
+    (5, 1544, 4104),
+    (8, 264, 4104),
+    (13, 1544, 520),
+    (16, 1544, 4104),
+]
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
