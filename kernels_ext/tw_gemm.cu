@@ -240,10 +240,9 @@ __global__ void __launch_bounds__(Cfg::kThreads)
                        static_cast<int64_t>(gridDim.x) * kThreads);
 }
 
-// Small M (memory bound): CTA = (tile, slice of SliceCols columns, K split). Each lane streams value vectors of
-// Cols columns (16 bytes; 8 bytes for M > 4, so the MaxM x Cols accumulators fit beside more loads in flight) from
-// rows kRowSlots apart, so a warp reads whole row segments of the slice: 64 bytes, or 32 where 32-column slices
-// would leave SMs without a CTA (few kept tiles: the CTAs of the heaviest tiles then set the time alone). The tile's kept rows of x are gathered
+// Small M (memory bound): CTA = (tile, slice of kGemvSliceCols columns, K split). Each lane streams value vectors
+// of Cols columns (16 bytes; 8 bytes for M > 4, so the MaxM x Cols accumulators fit beside more loads in flight)
+// from rows kRowSlots apart, so a warp reads whole 64-byte row segments. The tile's kept rows of x are gathered
 // into shared memory as fp32, [row][MaxM], one chunk at a time: the inner loop then reads x with one broadcast
 // shared load per row instead of a dependent global load per row and m. Each thread gathers a few whole rows per
 // chunk with all their loads in flight at once, from row indices it loaded a chunk ahead, and the chunk's first
@@ -251,8 +250,10 @@ __global__ void __launch_bounds__(Cfg::kThreads)
 // for its row index, set the kernel's length. Without a K split the CTA finishes its columns (bias, residual,
 // activation) and then takes its share of the pruned columns, so one launch is the whole call; a K split adds
 // partial sums into the fp32 workspace for the finalize pass.
+constexpr int kGemvSliceCols = 32;
 constexpr int kGemvThreads = 256;
 constexpr int kGemvStageFloats = 8192;  // 32 KB of gathered x per chunk
+
 // x(m, row) for m < MaxM as fp32: zeros past M and for a padding row (-1). A feature-major x whose rows are
 // 16-byte aligned (x_vec) is read as whole 16-byte runs; MaxM is then the power of two above M and the row stride
 // a multiple of 8 no smaller than M, so the run stays inside the row.
@@ -281,32 +282,32 @@ __device__ __forceinline__ void gather_x_row(const T* x, const Problem& p, int r
   for (int m = 0; m < MaxM; ++m) out[m] = m < M ? to_float(src[m * p.sxm]) : 0.0f;
 }
 
-template <int MaxM, int SliceCols>
+template <int MaxM>
 struct GemvShape {
   static constexpr int kCols = MaxM <= 4 ? 8 : 4;
-  static constexpr int kLanesN = SliceCols / kCols;
+  static constexpr int kLanesN = kGemvSliceCols / kCols;
   static constexpr int kRowSlots = kGemvThreads / kLanesN;  // rows a CTA reads at once
   static constexpr int kUnroll = MaxM <= 2 ? 16 : 8;         // row loads in flight per lane
   static constexpr int kGatherRows = std::min(8, kGemvStageFloats / MaxM / kGemvThreads);  // per thread and chunk
   static constexpr int kChunkRows = kGatherRows * kGemvThreads;
   using Vec = std::conditional_t<kCols == 8, uint4, uint2>;
-  static_assert(kGemvThreads / 32 * MaxM * SliceCols <= kGemvStageFloats, "the reduction reuses the staging");
+  static_assert(kGemvThreads / 32 * MaxM * kGemvSliceCols <= kGemvStageFloats, "the reduction reuses the staging");
 };
 
-template <typename T, int MaxM, int SliceCols>
+template <typename T, int MaxM>
 __global__ void __launch_bounds__(kGemvThreads) tw_gemv_kernel(PackedTile w, Problem p, int k_split) {
-  using Shape = GemvShape<MaxM, SliceCols>;
+  using Shape = GemvShape<MaxM>;
   using Vec = typename Shape::Vec;
   constexpr int kCols = Shape::kCols, kLanesN = Shape::kLanesN, kRowSlots = Shape::kRowSlots;
   constexpr int kUnroll = Shape::kUnroll, kWarps = kGemvThreads / 32;
   __shared__ __align__(16) float s_x[kGemvStageFloats];
-  const int slices = w.granularity / SliceCols;
+  const int slices = w.granularity / kGemvSliceCols;
   const int tile = blockIdx.x / slices, slice = blockIdx.x % slices;
   const int p0 = w.tile_ptr[tile], kt = w.tile_ptr[tile + 1] - p0;
   const int kb = min(kt, static_cast<int>(blockIdx.y) * k_split), ke = min(kt, kb + k_split);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int lane_n = lane % kLanesN, slot = tid / kLanesN;
-  const int c0 = slice * SliceCols + lane_n * kCols;  // the lane's first column inside the tile
+  const int c0 = slice * kGemvSliceCols + lane_n * kCols;  // the lane's first column inside the tile
 
   const T* x = static_cast<const T*>(p.x);
   const T* vals = static_cast<const T*>(w.values) + static_cast<int64_t>(p0) * w.granularity + c0;
@@ -403,18 +404,18 @@ __global__ void __launch_bounds__(kGemvThreads) tw_gemv_kernel(PackedTile w, Pro
 #pragma unroll
     for (int m = 0; m < MaxM; ++m)
 #pragma unroll
-      for (int e = 0; e < kCols; ++e) s_x[(warp * MaxM + m) * SliceCols + lane * kCols + e] = acc[m][e];
+      for (int e = 0; e < kCols; ++e) s_x[(warp * MaxM + m) * kGemvSliceCols + lane * kCols + e] = acc[m][e];
   }
   __syncthreads();
   const bool split = gridDim.y > 1;
-  for (int t = tid; t < M * SliceCols; t += kGemvThreads) {
-    const int m = t / SliceCols, c = t % SliceCols;
-    const int pos = tile * w.granularity + slice * SliceCols + c;
+  for (int t = tid; t < M * kGemvSliceCols; t += kGemvThreads) {
+    const int m = t / kGemvSliceCols, c = t % kGemvSliceCols;
+    const int pos = tile * w.granularity + slice * kGemvSliceCols + c;
     const int col = w.cols[pos];
     if (col < 0) continue;  // padding of the last tile
     float s[1] = {0.0f};
 #pragma unroll
-    for (int i = 0; i < kWarps; ++i) s[0] += s_x[(i * MaxM + m) * SliceCols + c];
+    for (int i = 0; i < kWarps; ++i) s[0] += s_x[(i * MaxM + m) * kGemvSliceCols + c];
     if (split) {
       atomicAdd(p.workspace + ws_index(w, p, m, pos), s[0]);
       continue;
@@ -518,29 +519,19 @@ const char* dispatch_mma(const PackedTile& w, const Problem& p, const Plan& plan
   }
 }
 
-// Columns per GEMV CTA: 32, or 16 where 32 would leave SMs without a CTA.
-int gemv_slice_cols(const PackedTile& w, const Problem& p) {
-  return static_cast<int64_t>(w.num_tiles) * (w.granularity / 32) < p.num_sms ? 16 : 32;
-}
-
 // K splits of the GEMV: none unless its CTAs would fill less than half the GPU, then enough for about two CTAs
 // per SM, each with at least 256 kept rows.
 int gemv_splits(const PackedTile& w, const Problem& p) {
-  const int64_t ctas = static_cast<int64_t>(w.num_tiles) * (w.granularity / gemv_slice_cols(w, p));
+  const int64_t ctas = static_cast<int64_t>(w.num_tiles) * (w.granularity / kGemvSliceCols);
   if (2 * ctas >= p.num_sms) return 1;
   return static_cast<int>(std::min<int64_t>(cdiv(2 * p.num_sms, ctas), std::max(1, w.max_tile_k / 256)));
 }
 
 template <typename T, int MaxM>
 const char* run_gemv(const PackedTile& w, const Problem& p, int splits) {
-  const int k_split = std::max(kKStep, cdiv(cdiv(w.max_tile_k, splits), kKStep) * kKStep);
-  const int slice_cols = gemv_slice_cols(w, p);
-  const dim3 grid(w.num_tiles * (w.granularity / slice_cols), splits);
-  if (slice_cols == 16) {
-    tw_gemv_kernel<T, MaxM, 16><<<grid, kGemvThreads, 0, p.stream>>>(w, p, k_split);
-  } else {
-    tw_gemv_kernel<T, MaxM, 32><<<grid, kGemvThreads, 0, p.stream>>>(w, p, k_split);
-  }
+  const int k_split = cdiv(cdiv(w.max_tile_k, splits), kKStep) * kKStep;
+  const dim3 grid(w.num_tiles * (w.granularity / kGemvSliceCols), splits);
+  tw_gemv_kernel<T, MaxM><<<grid, kGemvThreads, 0, p.stream>>>(w, p, std::max(k_split, kKStep));
   return check_launch();
 }
 

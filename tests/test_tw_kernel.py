@@ -77,9 +77,9 @@ def test_sweep_matches_fp32_reference(kernel: str, dtype: torch.dtype, granulari
 
 
 # Small M at (M, K, N): the GEMV up to M 8 and for a feature-major x without 16-byte rows (M 13), the 16-row
-# tensor-core kernel above. On an H100, N 16392 gives the GEMV 32-column slices and N 4104 16-column ones, each CTA
-# owning its tiles' whole kept K; N 520 gives so few tiles that K is split over CTAs and a finalize pass; kept K
-# above 512 spans several gathered chunks of x in the GEMV at M 8.
+# tensor-core kernel above. N 4104 and 16392 give enough tiles that every GEMV CTA owns its tiles' whole kept K and
+# finishes its columns itself; N 520 gives so few that K is split over CTAs and a finalize pass; kept K above 512
+# spans several gathered chunks of x in the GEMV at M 8.
 GEMV_SHAPES = [
     (1, 1544, 4104),
     (2, 1032, 520),
