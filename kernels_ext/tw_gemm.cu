@@ -491,10 +491,9 @@ const char* run_mma(const PackedTile& w, const Problem& p, int splits) {
 using Cfg128 = MmaConfig<128, 128, 2, 4, 4>;
 using Cfg64 = MmaConfig<256, 64, 4, 2, 4>;
 using Cfg32 = MmaConfig<256, 32, 8, 1, 4>;
-// Small M (kGemvMaxM < M <= kSmallM): one 16-row block, one or two warps along G, and a deep pipeline, since the
-// kernel is bound by the packed values' bytes and each CTA streams only a few kilobytes per stage.
-// A warp per 16 columns (G / 16 warps): with fewer, one warp per scheduler issued the loop's address arithmetic
-// and copies at a few cycles per instruction.
+// Small M (kGemvMaxM < M <= kSmallM): one 16-row block and a deep pipeline, since the kernel is bound by the packed
+// values' bytes and each CTA streams only a few kilobytes per stage; a warp per 16 columns (G / 16 warps): with
+// fewer, one warp per scheduler issued the loop's address arithmetic and copies at a few cycles per instruction.
 constexpr int kSmallMBlock = 16, kSmallMSplitRows = 256;
 using Cfg128Small = MmaConfig<kSmallMBlock, 128, 1, 8, 8, kSmallMSplitRows>;
 using Cfg64Small = MmaConfig<kSmallMBlock, 64, 1, 4, 8, kSmallMSplitRows>;
