@@ -175,6 +175,15 @@ __device__ __forceinline__ void finish_column_run(float (&v)[8], int col, int64_
   store_column_run<T>(v, col, m0, p);
 }
 
+// Finishes output (m, col) of y, in either orientation (bias, residual, activation), and stores it.
+template <typename T>
+__device__ __forceinline__ void finish_output(float (&v)[1], int col, int64_t m, const PackedTile& w,
+                                              const Problem& p) {
+  add_bias_residual_run<T, 1>(v, col, m, w, p);
+  activate_run(v, p.activation);
+  static_cast<T*>(p.y)[m * p.sym + static_cast<int64_t>(col) * p.syn] = from_float<T>(v[0]);
+}
+
 // A finished fp32 BM x BN tile staged in shared memory before it leaves through `cols`. The layout follows the
 // output's orientation, so that the fragment stores into it are conflict-free and the global stores are whole
 // 16-byte runs along y's contiguous dimension: rows of BN (+8 pad) for a row-major y; columns of BM (+4 pad)
@@ -357,9 +366,7 @@ __device__ __forceinline__ void finalize_run(const PackedTile& w, const Problem&
   if constexpr (Run == 8) {
     finish_column_run<T>(v, col, m0, w, p);
   } else {
-    add_bias_residual_run<T, 1>(v, col, m0, w, p);
-    activate_run(v, p.activation);
-    static_cast<T*>(p.y)[m0 * p.sym + static_cast<int64_t>(col) * p.syn] = from_float<T>(v[0]);
+    finish_output<T>(v, col, m0, w, p);
   }
 }
 

@@ -420,9 +420,7 @@ __global__ void __launch_bounds__(kGemvThreads) tw_gemv_kernel(PackedTile w, Pro
       atomicAdd(p.workspace + ws_index(w, p, m, pos), s[0]);
       continue;
     }
-    add_bias_residual_run<T, 1>(s, col, m, w, p);
-    activate_run(s, p.activation);
-    static_cast<T*>(p.y)[m * p.sym + static_cast<int64_t>(col) * p.syn] = from_float<T>(s[0]);
+    finish_output<T>(s, col, m, w, p);
   }
   if (!split) {
     fill_pruned_share<T>(w, p, static_cast<int64_t>(blockIdx.x) * blockDim.x + tid,
