@@ -38,6 +38,7 @@ from sparseprune.export.formats.nm import (
     sp24_view,
     tw_view,
 )
+from sparseprune.export.formats.sp24 import FORCED_TILES
 
 log = logging.getLogger("nm_bench")
 
@@ -48,7 +49,8 @@ LEGEND = (
     "'ideal' is the dense GEMM over the kept K; 'weight-bytes bound' is dense weight bytes / packed bytes "
     "(values + uint8 indices), the M = 1 ceiling. 'HW 2:4' is the CUTLASS sm90 sparse-tensor-core GEMM (kernel sp24) "
     "on the same mask, forced at every M, checked against fp32 like the rest, with the CTA tile its shape rule picks "
-    "('wide' 128 features x 256 rows, 'tall' 256 x 128: each also forced); torch 2:4 is cuSPARSELt through "
+    "(cooperative 'wide' 128 features x 256 rows and 'tall' 256 x 128, 'pingpong' 128 x 128 per consumer "
+    "warpgroup: each also forced); torch 2:4 is cuSPARSELt through "
     "to_sparse_semi_structured, which prunes B by magnitude itself (timing only)."
 )
 NMSPARSE_SHAPES = {
@@ -79,8 +81,7 @@ COLUMNS = [
     ("of_bound", "N:M / bound"),
     ("sp24_us", "HW 2:4 µs"),
     ("sp24_speedup", "HW 2:4 ×dense"),
-    ("sp24_wide_speedup", "HW 2:4 wide ×dense"),
-    ("sp24_tall_speedup", "HW 2:4 tall ×dense"),
+    *((f"sp24_{tile}_speedup", f"HW 2:4 {tile} ×dense") for tile in FORCED_TILES),
     ("semi24_speedup", "torch 2:4 ×dense"),
     ("rel_err", "rel err"),
     ("rel_err_sp24", "HW 2:4 rel err"),
@@ -128,7 +129,7 @@ def run_case(
         row["rel_err_fm"] = relative_error(tw_view(packed).matmul_feature_major(xt).t(), ref)
     sp24 = route_unavailable(x, packed, "sp24") is None
     if sp24:  # the worst of the shape's own tile and each forced one
-        errors = [relative_error(sp24_view(packed).matmul(x, tile=tile), ref) for tile in ("wide", "tall")]
+        errors = [relative_error(sp24_view(packed).matmul(x, tile=tile), ref) for tile in FORCED_TILES]
         row["rel_err_sp24"] = max([relative_error(nm_matmul(x, packed, kernel="sp24"), ref), *errors])
     row["passed"] = max(row["rel_err"], row.get("rel_err_fm", 0.0), row.get("rel_err_sp24", 0.0)) <= TOLERANCE[x.dtype]
     if check_only:
@@ -145,7 +146,7 @@ def run_case(
     if sp24:
         time_into(row, "sp24_us", lambda: nm_matmul(x, packed, kernel="sp24"))
         compressed = sp24_view(packed)
-        for tile in ("wide", "tall"):
+        for tile in FORCED_TILES:
             time_into(row, f"sp24_{tile}_us", lambda tile=tile: compressed.matmul(x, tile=tile))
     return row
 
@@ -159,7 +160,7 @@ def add_ratios(row: dict[str, Any], t_dense: float) -> None:
     row["of_bound"] = row["speedup"] / row["bytes_bound"]
     if row.get("nm_fm_us"):
         row["speedup_fm"] = t_dense / row["nm_fm_us"]
-    for key in ("sp24", "sp24_wide", "sp24_tall"):
+    for key in ("sp24", *(f"sp24_{tile}" for tile in FORCED_TILES)):
         if row.get(f"{key}_us"):
             row[f"{key}_speedup"] = t_dense / row[f"{key}_us"]
 

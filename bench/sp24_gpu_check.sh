@@ -2,8 +2,8 @@
 # 2:4 Hopper sparse-tensor-core kernel on a GPU machine, from the repository root: build the extension in place with
 # the CUTLASS headers (from the nvidia-cutlass wheel in .whl/ when cutlass_library is not importable), run the sp24
 # tests, compute-sanitizer memcheck on one small compression and GEMM per dtype, then the 2:4 rows of nm_bench
-# (BERT shapes, VGG16 conv4, 8192^3, M = 1 and 16 decode rows). Every step runs under a timeout (11 min in all at
-# worst; about 4-5 min expected, most of it the CUTLASS compile, one file per CTA tile).
+# (BERT shapes, VGG16 conv4, 8192^3, M = 1 and 16 decode rows). Every step runs under a timeout (14 min in all at
+# worst, or $deadline; about 5-7 min expected, most of it the CUTLASS compile, one file per CTA tile).
 # Usage: bash bench/sp24_gpu_check.sh OUT_DIR [nm_bench args...]
 # Writes OUT_DIR/device.txt, OUT_DIR/{build,ready,pytest,memcheck,bench}.log and OUT_DIR/sp24_<device>.{json,md};
 # exits non-zero if any step failed.
@@ -16,7 +16,7 @@ if ! python3 -c "import cutlass_library" 2>/dev/null; then
   python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/nvidia_cutlass*.whl >"$out/cutlass.log" 2>&1
   export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 fi
-step build "$out/build.log" 240 python setup.py build_ext --inplace || exit 1
+step build "$out/build.log" 420 python setup.py build_ext --inplace || exit 1
 step ready "$out/ready.log" 30 python -c "
 from sparseprune.export.formats.extension import load_kernels
 import torch

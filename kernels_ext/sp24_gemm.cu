@@ -22,8 +22,10 @@ struct Compression {
                                                                                 cutlass::layout::RowMajor, SparseConfig>;
 };
 
-static_assert(std::is_same_v<Sp24Kernel<cutlass::half_t, WideTile>::SparseConfig,
-                             Sp24Kernel<cutlass::half_t, TallTile>::SparseConfig>,
+template <class Tile>
+constexpr bool kSharesLayout = std::is_same_v<typename Sp24Kernel<cutlass::half_t, WideTile>::SparseConfig,
+                                              typename Sp24Kernel<cutlass::half_t, Tile>::SparseConfig>;
+static_assert(kSharesLayout<TallTile> && kSharesLayout<PingpongTile>,
               "every tile must read the one compressed layout");
 
 ProblemShape weight_shape(int64_t N, int64_t K) {
@@ -62,7 +64,11 @@ Tile resolve_tile(const Problem& p) {
   if (p.tile != Tile::kAuto) return p.tile;
   // Measured on an H100 (bench/results/sp24_h100.md): the tall tile wins on wide layers (8192^3: 1.37x against the
   // wide tile's 1.17x over cuBLAS) and loses badly on narrow ones (VGG16 conv4, 512 features: 0.57x against 0.96x).
-  return p.N >= kTallMinN ? Tile::kTall : Tile::kWide;
+  // With a short K each tile runs a few K steps, and ping-pong hides one warpgroup's epilogue under the other's MMAs
+  // (H200, bench/results/sp24_h200_tiles.md: BERT QKV, K = 768, 1.03x against the wide tile's 0.93x); with a long
+  // K the cooperative tiles win (BERT FFN out, K = 3072: 0.90x against 1.01x).
+  if (p.N >= kTallMinN) return Tile::kTall;
+  return p.K <= kPingpongMaxK ? Tile::kPingpong : Tile::kWide;
 }
 
 CompressedSizes compressed_sizes(int64_t N, int64_t K) {
@@ -74,7 +80,8 @@ CompressedSizes compressed_sizes(int64_t N, int64_t K) {
 
 bool available() {
   // Per process: one GPU architecture assumed, as for the TW wgmma kernels.
-  static const bool ok = wide_tile_binary_version() == 90 && tall_tile_binary_version() == 90;
+  static const bool ok = wide_tile_binary_version() == 90 && tall_tile_binary_version() == 90 &&
+                         pingpong_tile_binary_version() == 90;
   return ok;
 }
 
@@ -86,12 +93,20 @@ const char* launch_compress(const void* w, int64_t N, int64_t K, DType dtype, vo
 }
 
 int64_t workspace_bytes(const Problem& p) {
-  return resolve_tile(p) == Tile::kTall ? tall_tile_workspace_bytes(p) : wide_tile_workspace_bytes(p);
+  switch (resolve_tile(p)) {
+    case Tile::kTall: return tall_tile_workspace_bytes(p);
+    case Tile::kPingpong: return pingpong_tile_workspace_bytes(p);
+    default: return wide_tile_workspace_bytes(p);
+  }
 }
 
 const char* launch_sp24_matmul(const Problem& p) {
   if (!available()) return "the 2:4 kernels need sm_90a machine code and a Hopper (sm_90) device";
-  return resolve_tile(p) == Tile::kTall ? run_tall_tile(p) : run_wide_tile(p);
+  switch (resolve_tile(p)) {
+    case Tile::kTall: return run_tall_tile(p);
+    case Tile::kPingpong: return run_pingpong_tile(p);
+    default: return run_wide_tile(p);
+  }
 }
 
 }  // namespace sp24

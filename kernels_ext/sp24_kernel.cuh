@@ -58,13 +58,24 @@ struct SelectedActivation<cutlass::Array<T, N>> {
 using ProblemShape = cute::Shape<int, int, int, int>;  // (GEMM M = N out, GEMM N = rows of x, K, batch)
 
 // CTA tiles (N out x rows of x x logical K), all with a 2 x 1 cluster: the two CTAs of a cluster hold different
-// weight rows and share one panel of x, which TMA multicasts. Both keep K = 128 (64 stored values per row), so the
+// weight rows and share one panel of x, which TMA multicasts. All keep K = 128 (64 stored values per row), so the
 // compressed weight and its metadata are laid out the same for every tile and one compression serves them all.
+// Cooperative tiles split each tile's rows between both consumer warpgroups; ping-pong tiles give each warpgroup a
+// tile of its own in turn, so one warpgroup's epilogue runs under the other's MMAs, which pays when K is short.
 struct WideTile {  // most layers: 128 output features by 256 rows of x
   using Cta = cute::Shape<cute::_128, cute::_256, cute::_128>;
+  using Schedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
+  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
 };
 struct TallTile {  // layers with thousands of output features: 256 features by 128 rows of x
   using Cta = cute::Shape<cute::_256, cute::_128, cute::_128>;
+  using Schedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
+  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
+};
+struct PingpongTile {  // short K: 128 features by 128 rows of x per warpgroup
+  using Cta = cute::Shape<cute::_128, cute::_128, cute::_128>;
+  using Schedule = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
+  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecialized;
 };
 
 template <class Element, class Tile>
@@ -77,13 +88,12 @@ struct Sp24Kernel {
   using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassSparseTensorOp, TileShape, ClusterShape,
       cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, cutlass::layout::ColumnMajor, kAlign,
-      Element, cutlass::layout::ColumnMajor, kAlign, cutlass::epilogue::TmaWarpSpecializedCooperative,
-      Fusion>::CollectiveOp;
+      Element, cutlass::layout::ColumnMajor, kAlign, typename Tile::EpilogueSchedule, Fusion>::CollectiveOp;
   using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassSparseTensorOp, Element, cutlass::layout::RowMajor, kAlign, Element,
       cutlass::layout::ColumnMajor, kAlign, float, TileShape, ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
-      cutlass::gemm::KernelTmaWarpSpecializedCooperative>::CollectiveOp;
+      typename Tile::Schedule>::CollectiveOp;
   using Kernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, Mainloop, Epilogue>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
   using SparseConfig = typename Mainloop::SparseConfig;
@@ -138,12 +148,14 @@ const char* run_gemm(const Problem& p) {
 }
 
 // Each tile's source file defines its entry points: the GEMM and its scratch size, for either dtype.
-const char* run_wide_tile(const Problem& p);
-int64_t wide_tile_workspace_bytes(const Problem& p);
-int wide_tile_binary_version();
-const char* run_tall_tile(const Problem& p);
-int64_t tall_tile_workspace_bytes(const Problem& p);
-int tall_tile_binary_version();
+#define SPARSEPRUNE_SP24_TILE_ENTRIES(NAME)          \
+  const char* run_##NAME##_tile(const Problem& p);     \
+  int64_t NAME##_tile_workspace_bytes(const Problem& p); \
+  int NAME##_tile_binary_version();
+SPARSEPRUNE_SP24_TILE_ENTRIES(wide)
+SPARSEPRUNE_SP24_TILE_ENTRIES(tall)
+SPARSEPRUNE_SP24_TILE_ENTRIES(pingpong)
+#undef SPARSEPRUNE_SP24_TILE_ENTRIES
 
 // The architecture (e.g. 90) of the fp16 kernel's machine code that the current device would run, or -1 when none.
 template <class Tile>

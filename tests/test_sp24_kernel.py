@@ -17,7 +17,7 @@ from sparseprune.errors import UserError
 from sparseprune.export.formats import nm, sp24
 from sparseprune.export.formats.extension import load_kernels
 from sparseprune.export.formats.nm import PackedNM, auto_route, nm_matmul, pack_nm, sp24_view
-from sparseprune.export.formats.sp24 import CompressedSP24, check_24, compress_24, shape_unsupported
+from sparseprune.export.formats.sp24 import FORCED_TILES, CompressedSP24, check_24, compress_24, shape_unsupported
 
 
 def _sp24_missing() -> str | None:
@@ -160,9 +160,9 @@ def test_matches_fp32_reference(dtype: torch.dtype, vector: int) -> None:
 
 
 @requires_sp24
-@pytest.mark.parametrize("tile", ["wide", "tall"])
+@pytest.mark.parametrize("tile", FORCED_TILES)
 def test_each_tile_matches_fp32_reference(tile: str) -> None:
-    """Both CTA tiles read the one compressed weight, whichever the shape rule would pick."""
+    """Every CTA tile and tile scheduler reads the one compressed weight, whichever the shape rule would pick."""
     activations = itertools.cycle([None, "relu", "gelu"])
     for i, (rows, k, n) in enumerate(SHAPES):
         dtype = (torch.float16, torch.bfloat16)[i % 2]
@@ -246,6 +246,6 @@ def test_binding_rejects_bad_input() -> None:
     with pytest.raises(RuntimeError, match="16-byte aligned"):
         call(x=torch.randn(20 * 64 + 1, device="cuda", dtype=torch.float16)[1:].view(20, 64))
     with pytest.raises(RuntimeError, match="tile code"):
-        call(tile=3)
+        call(tile=len(sp24.TILES))
     with pytest.raises(RuntimeError, match="not 2:4"):
         kernels.sp24_compress(torch.ones(32, 64, device="cuda", dtype=torch.float16))

@@ -19,7 +19,9 @@ from sparseprune.export.formats.tw import ACTIVATIONS, KERNEL_DTYPES
 K_ALIGN = 16  # must match kKAlign in kernels_ext/sp24_gemm.h (compressed rows of K/2 values, 16-byte aligned)
 N_ALIGN = 8  # must match kNAlign (16-byte aligned output columns)
 HOPPER = (9, 0)  # the sm_90a sparse wgmma runs on exactly this compute capability
-TILES = {"auto": 0, "wide": 1, "tall": 2}  # CTA tile codes of kernels_ext/sp24_gemm.h (auto picks by shape)
+# CTA tile codes of kernels_ext/sp24_gemm.h (auto picks by shape).
+TILES = {"auto": 0, "wide": 1, "tall": 2, "pingpong": 3}
+FORCED_TILES = tuple(name for name in TILES if name != "auto")
 
 
 @dataclass(frozen=True)
@@ -35,8 +37,9 @@ class CompressedSP24:
     ) -> torch.Tensor:
         """y = act(x @ B + bias) for x (M, K); the caller has checked the route with device_unavailable().
 
-        `tile` forces the GEMM's CTA tile ("wide" 128 features x 256 rows, "tall" 256 x 128) so benchmarks can
-        compare them; "auto" takes the one measured faster for the shape.
+        `tile` forces the GEMM's CTA tile (cooperative "wide" 128 features x 256 rows and "tall" 256 x 128, or
+        "pingpong" 128 x 128 per consumer warpgroup) so benchmarks can compare them; "auto" takes the one measured
+        faster for the shape.
         """
         if tile not in TILES:
             raise UserError(f"tile must be one of {tuple(TILES)}, got {tile!r}")
