@@ -441,25 +441,32 @@ class FinalizeCursor {
 };
 
 // The pruned columns of a feature-major y (bias, TEW residual, activation), written by whole warps, one chunk of
-// kChunk consecutive outputs of one column per step: the column index and its bias are loaded once per chunk and,
-// without a residual, the chunk is one constant, so a step is kRunsPerLane independent 16-byte stores per lane.
-// Per-thread runs of 8 outputs paid two dependent loads for every store. Warp `warp` of `warps` walks the
-// (pruned column, chunk) grid; the step is warp-uniform, so a warp stays converged.
+// kChunk consecutive outputs of one column per step: without a residual the chunk is one constant, so a step is
+// kRunsPerLane independent 16-byte stores per lane. Per-thread runs of 8 outputs paid two dependent loads for every
+// store. Warp `warp` of `warps` walks the (pruned column, chunk) grid; the step is warp-uniform, so a warp stays
+// converged. The column indices and biases of a warp's next 32 steps are loaded together, one step per lane, and
+// handed out by shuffle: loading them step by step put two dependent loads' latency on every step (ncu, BERT QKV at
+// 75%: a ninth of the warp-specialized kernel's stall samples sat on that column-index load).
 template <typename T>
 class PrunedColumnFill {
  public:
   static constexpr int kRunsPerLane = 4, kChunk = 32 * 8 * kRunsPerLane;
 
   __device__ __forceinline__ PrunedColumnFill(const PackedTile& w, const Problem& p, int64_t warp, int64_t warps)
-      : walk_(w.num_pruned, (p.M + kChunk - 1) / kChunk, warp, warps) {}
+      : walk_(w.num_pruned, chunks(p), warp, warps),
+        lane_walk_(w.num_pruned, chunks(p), warp + (threadIdx.x & 31) * warps, 32 * warps) {
+    prefetch(w, p);
+  }
   __device__ __forceinline__ bool done() const { return walk_.done(); }
   // Writes the current chunk and moves to the next one; only while !done().
   __device__ __forceinline__ void step(const PackedTile& w, const Problem& p) {
-    const int col = w.pruned_cols[walk_.outer];
+    const int col = __shfl_sync(0xffffffffu, lane_col_, slot_);
+    const float bias = __shfl_sync(0xffffffffu, lane_bias_, slot_);
     const int64_t m_lane = walk_.inner * kChunk + (threadIdx.x & 31) * 8;
     if (w.res_ptr == nullptr) {
-      float v[8] = {};
-      add_bias_residual_run<T, 8>(v, col, m_lane, w, p);
+      float v[8];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) v[e] = bias;
       activate_run(v, p.activation);
 #pragma unroll
       for (int r = 0; r < kRunsPerLane; ++r) {
@@ -473,10 +480,26 @@ class PrunedColumnFill {
       }
     }
     walk_.advance();
+    if (++slot_ == 32) {
+      slot_ = 0;
+      prefetch(w, p);
+    }
   }
 
  private:
-  StridedWalk walk_;
+  __device__ __forceinline__ static int64_t chunks(const Problem& p) { return (p.M + kChunk - 1) / kChunk; }
+  // This lane's step of the warp's next 32: its column index and bias (0 past the warp's last step).
+  __device__ __forceinline__ void prefetch(const PackedTile& w, const Problem& p) {
+    lane_col_ = 0;
+    lane_bias_ = 0.0f;
+    if (lane_walk_.done()) return;
+    lane_col_ = w.pruned_cols[lane_walk_.outer];
+    if (p.bias != nullptr) lane_bias_ = to_float(static_cast<const T*>(p.bias)[lane_col_]);
+    lane_walk_.advance();
+  }
+  StridedWalk walk_, lane_walk_;  // the warp's steps; this lane's, 32 steps apart
+  int slot_ = 0, lane_col_;
+  float lane_bias_;
 };
 
 // True when the warp-specialized kernel writes the pruned columns itself (a feature-major y without split-K), so
@@ -495,15 +518,18 @@ __device__ __forceinline__ void finalize_share(const PackedTile& w, const Proble
 // Thread `thread` of `threads` (whole warps, numbered consecutively) writes its share of the pruned columns: by
 // whole warps along a feature-major y past kSmallM rows (PrunedColumnFill), else one run of outputs per thread
 // (at small M a warp per column left most lanes idle and walked its columns one dependent step after another).
-template <typename T>
+// A kernel that only ever runs at small M passes LargeM = false, so it carries no code for the warp fill.
+template <typename T, bool LargeM = true>
 __device__ __forceinline__ void fill_pruned_share(const PackedTile& w, const Problem& p, int64_t thread,
                                                   int64_t threads) {
-  if (p.sym == 1 && p.M > kSmallM) {
-    PrunedColumnFill<T> fill(w, p, thread / 32, threads / 32);
-    while (!fill.done()) fill.step(w, p);
-  } else {
-    finalize_share<T>(w, p, false, thread, threads);
+  if constexpr (LargeM) {
+    if (p.sym == 1 && p.M > kSmallM) {
+      PrunedColumnFill<T> fill(w, p, thread / 32, threads / 32);
+      while (!fill.done()) fill.step(w, p);
+      return;
+    }
   }
+  finalize_share<T>(w, p, false, thread, threads);
 }
 
 inline const char* check_launch() {

@@ -236,8 +236,8 @@ __global__ void __launch_bounds__(Cfg::kThreads)
   __syncthreads();
 
   store_tile<T, BM, BN, kThreads>(s_c, w, p, m0, feature_major_out, tid);
-  fill_pruned_share<T>(w, p, static_cast<int64_t>(blockIdx.x) * kThreads + tid,
-                       static_cast<int64_t>(gridDim.x) * kThreads);
+  fill_pruned_share<T, (BM > kSmallM)>(w, p, static_cast<int64_t>(blockIdx.x) * kThreads + tid,
+                                       static_cast<int64_t>(gridDim.x) * kThreads);
 }
 
 // Small M (memory bound): CTA = (tile, slice of kGemvSliceCols columns, K split). Each lane streams value vectors
