@@ -73,8 +73,12 @@ def _extensions() -> tuple[list, dict]:
     cutlass = _cutlass_includes()
     if cutlass:
         log.info("building the 2:4 sparse GEMM with CUTLASS from %s", cutlass[0])
-        sources += ["kernels_ext/sp24_gemm.cu", "kernels_ext/sp24_gemm_wide.cu", "kernels_ext/sp24_gemm_tall.cu"]
-        sources.append("kernels_ext/sp24_gemm_pingpong.cu")
+        sources += [
+            "kernels_ext/sp24_gemm.cu",
+            "kernels_ext/sp24_gemm_wide.cu",
+            "kernels_ext/sp24_gemm_tall.cu",
+            "kernels_ext/sp24_gemm_pingpong.cu",
+        ]
         include_dirs += cutlass
         cxx_flags.append("-DSPARSEPRUNE_SP24")
         # NDEBUG: CUTLASS's device asserts are function calls, and ptxas serializes every wgmma around a call.

@@ -1,6 +1,10 @@
 // 2:4 sparse GEMM on Hopper sparse tensor cores: the CTA tile choice, CUTLASS's 2:4 compressor for the weight and
-// the size queries. The GEMM kernels themselves live one tile per file (sp24_gemm_wide.cu, sp24_gemm_tall.cu).
+// the size queries. The GEMM kernels themselves live one tile per file (sp24_gemm_wide.cu, sp24_gemm_tall.cu,
+// sp24_gemm_pingpong.cu).
 #include "sp24_gemm.h"
+
+#include <algorithm>
+#include <iterator>
 
 #include "cutlass/transform/device/transform_universal_adapter.hpp"
 #include "cutlass/transform/kernel/sparse_gemm_compressor.hpp"
@@ -58,6 +62,24 @@ const char* run_compress(const void* w, int64_t N, int64_t K, void* values, void
   return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
 }
 
+// One tile's entry points, defined in its own source file.
+struct TileEntries {
+  const char* (*run)(const Problem&);
+  int64_t (*workspace_bytes)(const Problem&);
+  int (*binary_version)();
+};
+
+// Indexed by Tile, so the forced tiles and auto's choice all dispatch through the one table.
+constexpr TileEntries kTileEntries[] = {
+    {nullptr, nullptr, nullptr},  // kAuto: resolved to a tile before any lookup
+    {run_wide_tile, wide_tile_workspace_bytes, wide_tile_binary_version},
+    {run_tall_tile, tall_tile_workspace_bytes, tall_tile_binary_version},
+    {run_pingpong_tile, pingpong_tile_workspace_bytes, pingpong_tile_binary_version},
+};
+static_assert(std::size(kTileEntries) == static_cast<size_t>(Tile::kPingpong) + 1, "one entry per Tile");
+
+const TileEntries& entries(const Problem& p) { return kTileEntries[static_cast<int>(resolve_tile(p))]; }
+
 }  // namespace
 
 Tile resolve_tile(const Problem& p) {
@@ -80,8 +102,8 @@ CompressedSizes compressed_sizes(int64_t N, int64_t K) {
 
 bool available() {
   // Per process: one GPU architecture assumed, as for the TW wgmma kernels.
-  static const bool ok = wide_tile_binary_version() == 90 && tall_tile_binary_version() == 90 &&
-                         pingpong_tile_binary_version() == 90;
+  static const bool ok = std::all_of(std::begin(kTileEntries) + 1, std::end(kTileEntries),
+                                     [](const TileEntries& tile) { return tile.binary_version() == 90; });
   return ok;
 }
 
@@ -92,21 +114,11 @@ const char* launch_compress(const void* w, int64_t N, int64_t K, DType dtype, vo
                                : run_compress<cutlass::bfloat16_t>(w, N, K, values, meta, num_sms, stream);
 }
 
-int64_t workspace_bytes(const Problem& p) {
-  switch (resolve_tile(p)) {
-    case Tile::kTall: return tall_tile_workspace_bytes(p);
-    case Tile::kPingpong: return pingpong_tile_workspace_bytes(p);
-    default: return wide_tile_workspace_bytes(p);
-  }
-}
+int64_t workspace_bytes(const Problem& p) { return entries(p).workspace_bytes(p); }
 
 const char* launch_sp24_matmul(const Problem& p) {
   if (!available()) return "the 2:4 kernels need sm_90a machine code and a Hopper (sm_90) device";
-  switch (resolve_tile(p)) {
-    case Tile::kTall: return run_tall_tile(p);
-    case Tile::kPingpong: return run_pingpong_tile(p);
-    default: return run_wide_tile(p);
-  }
+  return entries(p).run(p);
 }
 
 }  // namespace sp24

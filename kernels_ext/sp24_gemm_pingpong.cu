@@ -1,4 +1,5 @@
-// The 2:4 GEMM with the ping-pong 128 x 128 CTA tile (output features x rows of x per consumer warpgroup); see sp24_kernel.cuh.
+// The 2:4 GEMM with the ping-pong CTA tile (128 output features x 128 rows of x per consumer warpgroup); see
+// sp24_kernel.cuh.
 #include "sp24_kernel.cuh"
 
 namespace sparseprune {

@@ -162,7 +162,7 @@ def test_matches_fp32_reference(dtype: torch.dtype, vector: int) -> None:
 @requires_sp24
 @pytest.mark.parametrize("tile", FORCED_TILES)
 def test_each_tile_matches_fp32_reference(tile: str) -> None:
-    """Every CTA tile and tile scheduler reads the one compressed weight, whichever the shape rule would pick."""
+    """Every CTA tile reads the one compressed weight, whichever the shape rule would pick."""
     activations = itertools.cycle([None, "relu", "gelu"])
     for i, (rows, k, n) in enumerate(SHAPES):
         dtype = (torch.float16, torch.bfloat16)[i % 2]
