@@ -20,7 +20,7 @@
 // PROBE: per-CTA timeline of the warp-specialized kernel (clock64 cycles from the CTA's start).
 namespace sparseprune {
 namespace tw {
-constexpr int kTraceCtas = 160, kTraceSlots = 64, kTraceFields = 24;
+constexpr int kTraceCtas = 160, kTraceSlots = 64, kTraceFields = 32;
 __device__ long long g_tw_trace[kTraceCtas][kTraceSlots][kTraceFields];
 __device__ __forceinline__ long long trace_clock() { return clock64(); }
 __device__ __forceinline__ unsigned long long trace_gtime() {
@@ -242,7 +242,9 @@ __device__ __forceinline__ void fence_accumulators(float (&acc)[MIWG][NACC]) {
 template <typename T, typename Cfg>
 __device__ __forceinline__ void consumer_epilogue(const PackedTile& w, const Problem& p, const WorkItem& it,
                                                   int splits, bool feature_major_out, int cwg,
-                                                  float (&acc)[Cfg::kMIWG][Cfg::kBN / 2], unsigned char* stage_c) {
+                                                  float (&acc)[Cfg::kMIWG][Cfg::kBN / 2], unsigned char* stage_c,
+                                                  long long t0, int my, int fb) {
+  const bool tr = threadIdx.x % Cfg::kWarpgroup == 0;
   constexpr int BN = Cfg::kBN, MIWG = Cfg::kMIWG;
   const int wtid = threadIdx.x % Cfg::kWarpgroup, lane = wtid & 31, wq = wtid >> 5, g = lane >> 2, t4 = lane & 3;
   using Staged = StagedTile<64, BN>;
@@ -266,12 +268,14 @@ __device__ __forceinline__ void consumer_epilogue(const PackedTile& w, const Pro
       Staged::template stage_columns<T, Cfg::kWarpgroup>(s_c, w, p, it.tile, wtid);
     }
     named_barrier_sync<Cfg::kWarpgroup>(bar_id);
+    if (tr) TRACE(my, fb + 6 + 2 * i, trace_clock() - t0);
     const int64_t m0 = it.m0 + ((Cfg::kCooperative ? cwg * MIWG : 0) + i) * 64;
     if (splits > 1) {
       add_partial_tile<64, BN, Cfg::kWarpgroup>(s_c, w, p, m0, it.tile, feature_major_out, wtid);
     } else {
       store_tile<T, 64, BN, Cfg::kWarpgroup>(s_c, w, p, m0, feature_major_out, wtid);
     }
+    if (tr) TRACE(my, fb + 7 + 2 * i, trace_clock() - t0);
   }
 }
 
@@ -295,7 +299,7 @@ __device__ __forceinline__ void consume(const PackedTile& w, const Problem& p, i
                                         uint32_t empty, uint32_t order, unsigned char* stage_c, long long t0) {
   constexpr int BK = Cfg::kBK, MIWG = Cfg::kMIWG, NACC = Cfg::kBN / 2;
   const bool tr = threadIdx.x % Cfg::kWarpgroup == 0;
-  const int fb = 8 + 8 * cwg;
+  const int fb = 8 + 12 * cwg;
   int ord = 0;
   const bool release_lane = (threadIdx.x & 31) == 0;
   const int num_items = w.num_tiles * m_blocks * splits;
@@ -359,7 +363,7 @@ __device__ __forceinline__ void consume(const PackedTile& w, const Problem& p, i
       TRACE(my, fb + 4, full_wait);
     }
     if (held >= 0 && release_lane) mbarrier_arrive(empty + held * 8);
-    consumer_epilogue<T, Cfg>(w, p, it, splits, feature_major_out, cwg, acc, stage_c);
+    consumer_epilogue<T, Cfg>(w, p, it, splits, feature_major_out, cwg, acc, stage_c, t0, my, fb);
     if (tr) TRACE(my, fb + 3, trace_clock() - t0);
   }
   if (tr) TRACE(63, 3 + cwg, trace_clock() - t0);
