@@ -19,7 +19,7 @@ from bench.common import time_cuda
 from bench.tw_bench import SHAPES, bench_tw_mask
 from sparseprune.export.formats.tw import pack_tw
 
-CTAS, SLOTS, FIELDS = 160, 64, 24
+CTAS, SLOTS, FIELDS = 160, 64, 32
 MMA_CYCLES_PER_STEP = 2 * 128 * 128 * 64 / 4096  # one 128 x 128 x 64 step at the dense fp16 peak per SM
 
 
@@ -57,6 +57,10 @@ def analyse(tr: torch.Tensor, grid: int) -> dict:
                 "full_wait_per_step",
                 "order_to_first",
                 "steps",
+                "epi_stage0",
+                "epi_store0",
+                "epi_stage1",
+                "epi_store1",
             )
         },
     )
@@ -71,13 +75,17 @@ def analyse(tr: torch.Tensor, grid: int) -> dict:
         for i in range(n):
             s = t[c][i]
             cw = 0 if s[8 + 2] else 1
-            b = 8 + 8 * cw
+            b = 8 + 12 * cw
             steps = s[1]
             per["steps"].append(steps)
             per["p_setup"].append(s[3] - s[2])
             per["p_issue"].append(s[4] - s[3])
             per["empty_wait"].append(s[5])
             per["order_to_first"].append(s[b + 1] - s[b])
+            per["epi_stage0"].append(s[b + 6] - s[b + 2])
+            per["epi_store0"].append(s[b + 7] - s[b + 6])
+            per["epi_stage1"].append(s[b + 8] - s[b + 7])
+            per["epi_store1"].append(s[b + 9] - s[b + 8])
             per["c_first_wait"].append(s[b + 5])
             per["c_mma_per_step"].append((s[b + 2] - s[b + 1]) / max(1, steps))
             per["c_epi"].append(s[b + 3] - s[b + 2])
@@ -107,7 +115,7 @@ def analyse(tr: torch.Tensor, grid: int) -> dict:
         "per_item_mean": {k: sum(v) / len(v) for k, v in per.items() if v},
         "mma_cycles_per_step_at_peak": MMA_CYCLES_PER_STEP,
     }
-    return {"summary": summary, "ctas": rows, "raw_cta0": [t[0][i][:24] for i in range(t[0][63][7])] + [t[0][63]]}
+    return {"summary": summary, "ctas": rows, "raw_cta0": [t[0][i][:32] for i in range(t[0][63][7])] + [t[0][63]]}
 
 
 def main() -> None:
@@ -154,6 +162,10 @@ def main() -> None:
         for row in sorted(res["ctas"], key=lambda r: -max(r["consumer_ends"] + [r["producer_end"]]))[:3]:
             print("   slowest", row)
         print("   cta0", res["raw_cta0"])
+    for mb in (9.4, 18.9, 64.0):
+        buf = torch.empty(int(mb * 2**20) // 2, dtype=torch.half, device="cuda")
+        us = time_cuda(buf.zero_).median_us
+        print(f"zero_ {mb} MiB: {us:.1f} us = {mb * 2**20 / us / 1e6:.2f} TB/s")
     (args.out / "trace.json").write_text(json.dumps(results))
 
 
