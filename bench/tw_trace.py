@@ -41,6 +41,7 @@ def union_length(intervals: list[tuple[int, int]]) -> int:
 
 def analyse(tr: torch.Tensor, grid: int) -> dict:
     t = tr.tolist()
+    grid = sum(1 for c in range(grid) if t[c][63][0] != 0)
     g0 = min(t[c][63][0] for c in range(grid))
     ends, rates, rows = [], [], []
     busy, per = (
