@@ -17,31 +17,6 @@
 #include "sm90_wgmma.cuh"
 #include "tw_device.cuh"
 
-// PROBE: per-CTA timeline of the warp-specialized kernel (clock64 cycles from the CTA's start).
-namespace sparseprune {
-namespace tw {
-constexpr int kTraceCtas = 160, kTraceSlots = 64, kTraceFields = 32;
-__device__ long long g_tw_trace[kTraceCtas][kTraceSlots][kTraceFields];
-__device__ __forceinline__ long long trace_clock() { return clock64(); }
-__device__ __forceinline__ unsigned long long trace_gtime() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
-  return t;
-}
-#define TRACE(slot, field, value)                                                   \
-  do {                                                                              \
-    if (blockIdx.x < kTraceCtas && (slot) < kTraceSlots) g_tw_trace[blockIdx.x][slot][field] = (value); \
-  } while (0)
-}  // namespace tw
-}  // namespace sparseprune
-extern "C" __attribute__((visibility("default"))) int sparseprune_tw_trace_copy(void* dst, size_t bytes) {
-  return static_cast<int>(cudaMemcpyFromSymbol(dst, sparseprune::tw::g_tw_trace, bytes));
-}
-extern "C" __attribute__((visibility("default"))) int sparseprune_tw_trace_clear() {
-  static long long zeros[sparseprune::tw::kTraceCtas][sparseprune::tw::kTraceSlots][sparseprune::tw::kTraceFields];
-  return static_cast<int>(cudaMemcpyToSymbol(sparseprune::tw::g_tw_trace, zeros, sizeof(zeros)));
-}
-
 namespace sparseprune {
 namespace tw {
 namespace {
@@ -124,7 +99,7 @@ struct StageCover {
 // share of the pruned columns.
 template <typename T, typename Cfg>
 __device__ __forceinline__ void produce(const PackedTile& w, const Problem& p, int m_blocks, int splits,
-                                        uint32_t ring, uint32_t full, uint32_t empty, long long t0) {
+                                        uint32_t ring, uint32_t full, uint32_t empty) {
   using A = StageCover<Cfg::kAChunks>;
   using B = StageCover<Cfg::kBChunks>;
   constexpr int BK = Cfg::kBK, BN = Cfg::kBN, kSlab = Cfg::kSlabBytes;
@@ -138,20 +113,11 @@ __device__ __forceinline__ void produce(const PackedTile& w, const Problem& p, i
   const int num_items = w.num_tiles * m_blocks * splits;
   int stage = 0;
   uint32_t phase = 0;
-  int ord = 0;
-  const bool tr = tid == 0;
   for (int round = 0; round * static_cast<int>(gridDim.x) < num_items; ++round) {
     const int item = scheduled_item(round);
     if (item >= num_items) continue;
-    const long long tp = trace_clock() - t0;
     const WorkItem it = work_item<Cfg>(w, item, m_blocks, splits);
     if (it.empty) continue;
-    if (tr) {
-      TRACE(ord, 0, item);
-      TRACE(ord, 1, it.s1 - it.s0);
-      TRACE(ord, 2, tp);
-    }
-    long long empty_wait = 0;
     const T* a_src = x + it.m0 + a_c0 * 8;  // this thread's M columns of any kept row
     bool a_in_m[A::kHalves];
 #pragma unroll
@@ -167,9 +133,7 @@ __device__ __forceinline__ void produce(const PackedTile& w, const Problem& p, i
     for (int ks = it.s0; ks < it.s1; ++ks) {
       int next_lo, next_hi;
       fetch_rows(ks + 1, next_lo, next_hi);
-      const long long te = trace_clock();
       mbarrier_wait(empty + stage * 8, phase ^ 1);
-      empty_wait += trace_clock() - te;
       const uint32_t sa = ring + stage * Cfg::kStageBytes;
 #pragma unroll
       for (int j = 0; j < A::kRowPasses; ++j) {
@@ -194,7 +158,6 @@ __device__ __forceinline__ void produce(const PackedTile& w, const Problem& p, i
         }
       }
       cp_async_mbarrier_arrive(full + stage * 8);
-      if (tr && ks == it.s0) TRACE(ord, 3, trace_clock() - t0);
       if (++stage == Cfg::kStages) {
         stage = 0;
         phase ^= 1;
@@ -202,15 +165,6 @@ __device__ __forceinline__ void produce(const PackedTile& w, const Problem& p, i
       rows_lo = next_lo;
       rows_hi = next_hi;
     }
-    if (tr) {
-      TRACE(ord, 4, trace_clock() - t0);
-      TRACE(ord, 5, empty_wait);
-    }
-    ++ord;
-  }
-  if (tr) {
-    TRACE(63, 1, trace_clock() - t0);
-    TRACE(63, 7, ord);
   }
   // Then its share of the pruned columns, overlapping the consumers' last MMAs and epilogues. Interleaving them
   // with the waits for free stages kept a fill cursor live through the gather loop, which spilled the producer's
@@ -223,10 +177,6 @@ __device__ __forceinline__ void produce(const PackedTile& w, const Problem& p, i
     while (!fill.done()) fill.step(w, p);
   }
   cp_async_wait<0>();  // nothing in flight when the warpgroup exits
-  if (tr) {
-    TRACE(63, 2, trace_clock() - t0);
-    TRACE(63, 6, static_cast<long long>(trace_gtime()));
-  }
 }
 
 template <int MIWG, int NACC>
@@ -242,9 +192,7 @@ __device__ __forceinline__ void fence_accumulators(float (&acc)[MIWG][NACC]) {
 template <typename T, typename Cfg>
 __device__ __forceinline__ void consumer_epilogue(const PackedTile& w, const Problem& p, const WorkItem& it,
                                                   int splits, bool feature_major_out, int cwg,
-                                                  float (&acc)[Cfg::kMIWG][Cfg::kBN / 2], unsigned char* stage_c,
-                                                  long long t0, int my, int fb) {
-  const bool tr = threadIdx.x % Cfg::kWarpgroup == 0;
+                                                  float (&acc)[Cfg::kMIWG][Cfg::kBN / 2], unsigned char* stage_c) {
   constexpr int BN = Cfg::kBN, MIWG = Cfg::kMIWG;
   const int wtid = threadIdx.x % Cfg::kWarpgroup, lane = wtid & 31, wq = wtid >> 5, g = lane >> 2, t4 = lane & 3;
   using Staged = StagedTile<64, BN>;
@@ -268,14 +216,12 @@ __device__ __forceinline__ void consumer_epilogue(const PackedTile& w, const Pro
       Staged::template stage_columns<T, Cfg::kWarpgroup>(s_c, w, p, it.tile, wtid);
     }
     named_barrier_sync<Cfg::kWarpgroup>(bar_id);
-    if (tr) TRACE(my, fb + 6 + 2 * i, trace_clock() - t0);
     const int64_t m0 = it.m0 + ((Cfg::kCooperative ? cwg * MIWG : 0) + i) * 64;
     if (splits > 1) {
       add_partial_tile<64, BN, Cfg::kWarpgroup>(s_c, w, p, m0, it.tile, feature_major_out, wtid);
     } else {
       store_tile<T, 64, BN, Cfg::kWarpgroup>(s_c, w, p, m0, feature_major_out, wtid);
     }
-    if (tr) TRACE(my, fb + 7 + 2 * i, trace_clock() - t0);
   }
 }
 
@@ -296,11 +242,8 @@ __device__ __forceinline__ void advance_ring(int& stage, uint32_t& phase, int st
 template <typename T, typename Cfg>
 __device__ __forceinline__ void consume(const PackedTile& w, const Problem& p, int m_blocks, int splits,
                                         bool feature_major_out, int cwg, uint32_t ring, uint32_t full,
-                                        uint32_t empty, uint32_t order, unsigned char* stage_c, long long t0) {
+                                        uint32_t empty, uint32_t order, unsigned char* stage_c) {
   constexpr int BK = Cfg::kBK, MIWG = Cfg::kMIWG, NACC = Cfg::kBN / 2;
-  const bool tr = threadIdx.x % Cfg::kWarpgroup == 0;
-  const int fb = 8 + 12 * cwg;
-  int ord = 0;
   const bool release_lane = (threadIdx.x & 31) == 0;
   const int num_items = w.num_tiles * m_blocks * splits;
   int stage = 0, turn = 0;
@@ -311,7 +254,6 @@ __device__ __forceinline__ void consume(const PackedTile& w, const Problem& p, i
     if (item >= num_items) continue;
     const WorkItem it = work_item<Cfg>(w, item, m_blocks, splits);
     if (it.empty) continue;
-    const int my = ord++;
     if constexpr (!Cfg::kCooperative) {
       if ((turn++ & 1) != cwg) {
         advance_ring<Cfg::kStages>(stage, phase, it.s1 - it.s0);
@@ -320,22 +262,13 @@ __device__ __forceinline__ void consume(const PackedTile& w, const Problem& p, i
       mbarrier_wait(order + 8 * cwg, order_parity);
       order_parity ^= 1;
     }
-    if (tr) TRACE(my, fb + 0, trace_clock() - t0);
-    long long full_wait = 0;
 #pragma unroll
     for (int i = 0; i < MIWG; ++i)
 #pragma unroll
       for (int e = 0; e < NACC; ++e) acc[i][e] = 0.0f;
     int held = -1;  // stage whose MMAs may still be running
     for (int ks = it.s0; ks < it.s1; ++ks) {
-      const long long tf = trace_clock();
       mbarrier_wait(full + stage * 8, phase);
-      const long long tfw = trace_clock();
-      full_wait += tfw - tf;
-      if (tr && ks == it.s0) {
-        TRACE(my, fb + 1, tfw - t0);
-        TRACE(my, fb + 5, tfw - tf);
-      }
       fence_proxy_async();  // cp.async wrote through the generic proxy; wgmma reads through the async proxy
       const uint32_t sa = ring + stage * Cfg::kStageBytes, sb = sa + Cfg::kAStageBytes;
       fence_accumulators(acc);
@@ -358,15 +291,9 @@ __device__ __forceinline__ void consume(const PackedTile& w, const Problem& p, i
     }
     wgmma_wait<0>();
     fence_accumulators(acc);
-    if (tr) {
-      TRACE(my, fb + 2, trace_clock() - t0);
-      TRACE(my, fb + 4, full_wait);
-    }
     if (held >= 0 && release_lane) mbarrier_arrive(empty + held * 8);
-    consumer_epilogue<T, Cfg>(w, p, it, splits, feature_major_out, cwg, acc, stage_c, t0, my, fb);
-    if (tr) TRACE(my, fb + 3, trace_clock() - t0);
+    consumer_epilogue<T, Cfg>(w, p, it, splits, feature_major_out, cwg, acc, stage_c);
   }
-  if (tr) TRACE(63, 3 + cwg, trace_clock() - t0);
 }
 #endif
 
@@ -390,17 +317,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     fence_mbarrier_init();
   }
   __syncthreads();
-  const long long t0 = trace_clock();
-  if (threadIdx.x == 0) {
-    TRACE(63, 0, static_cast<long long>(trace_gtime()));
-  }
   if (wg == 0) {
     setmaxnreg_dec<kProducerRegs>();
-    produce<T, Cfg>(w, p, m_blocks, splits, ring, full, empty, t0);
+    produce<T, Cfg>(w, p, m_blocks, splits, ring, full, empty);
   } else {
     setmaxnreg_inc<kConsumerRegs>();
     unsigned char* stage_c = smem + Cfg::kPipeBytes + (wg - 1) * Cfg::kEpiBytes;
-    consume<T, Cfg>(w, p, m_blocks, splits, feature_major_out, wg - 1, ring, full, empty, order, stage_c, t0);
+    consume<T, Cfg>(w, p, m_blocks, splits, feature_major_out, wg - 1, ring, full, empty, order, stage_c);
   }
 #else
   __trap();  // built without sm_90a: the host never selects this kernel (see wgmma_available)
