@@ -100,6 +100,24 @@ __device__ __forceinline__ void wgmma_wait() {
 }
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
+// Four 8 x 8 16-bit matrices from MMA fragments (register q of each lane: row lane / 4, columns 2 (lane % 4) and
+// + 1 of matrix q) to shared memory transposed: lane 8q + r gives the address of row r of stored matrix q, which
+// receives column r of the fragment matrix.
+__device__ __forceinline__ void stmatrix_x4_trans(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r0),
+               "r"(r1), "r"(r2), "r"(r3)
+               : "memory");
+}
+// Asynchronous shared -> global copy of `bytes` (a multiple of 16; both addresses 16-byte aligned) by the TMA unit,
+// in this thread's current bulk group.
+__device__ __forceinline__ void bulk_copy_to_global(void* dst, uint32_t src, uint32_t bytes) {
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(dst), "r"(src), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// Waits until this thread's bulk copies have read their shared-memory sources (their global writes may still run).
+__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
+
 // Accumulators must stay in registers across the asynchronous MMA: callers fence them with wgmma_fence_operand.
 __device__ __forceinline__ void wgmma_fence_operand(float& r) { asm volatile("" : "+f"(r)::"memory"); }
 

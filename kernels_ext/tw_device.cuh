@@ -6,6 +6,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "tw_gemm.h"
@@ -26,6 +27,15 @@ template <>
 __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
 template <>
 __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+
+// Two values rounded to T and packed in one 32-bit word, lo in the low half (the MMA fragment order).
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  const T pair[2] = {from_float<T>(lo), from_float<T>(hi)};
+  uint32_t word;
+  memcpy(&word, pair, sizeof(word));
+  return word;
+}
 
 __device__ __forceinline__ float activate(float v, Activation act) {
   if (act == Activation::kRelu) return fmaxf(v, 0.0f);
@@ -119,6 +129,11 @@ __device__ __forceinline__ float4 ld_shared_f4(const float* src) {
   asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
                : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
                : "r"(smem_addr(src)));
+  return v;
+}
+__device__ __forceinline__ float2 ld_shared_f2(const float* src) {
+  float2 v;
+  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(smem_addr(src)));
   return v;
 }
 __device__ __forceinline__ float ld_shared_f32(const float* src) {

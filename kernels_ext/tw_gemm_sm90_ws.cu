@@ -49,17 +49,31 @@ struct WsConfig {
   static_assert(kEpiBytes % 8 == 0, "mbarriers need 8-byte alignment");
 };
 
-// One (tile, M block, K split) item; empty when a K split got no steps (the workspace already holds its zeros).
+// One (tile, M block, K split) item. `skip`: past the last item, or a K split that got no steps (the workspace
+// already holds its zeros).
 struct WorkItem {
   int tile, p0, p_end;  // the tile's kept rows are rows[p0 .. p_end)
   int s0, s1;           // its K steps of 64 rows
   int64_t m0;
-  bool empty;
+  bool skip;
 };
 
+// Item of this CTA in round r of the static schedule: items are numbered tile-major and tiles come heaviest first,
+// so each round hands out the heaviest remaining items; the direction alternates per round (CTA b takes b, then
+// 2*grid-1-b, ...) so that no CTA collects the heaviest item of every round.
+__device__ __forceinline__ int scheduled_item(int round) {
+  const int grid = static_cast<int>(gridDim.x), b = static_cast<int>(blockIdx.x);
+  return round * grid + ((round & 1) ? grid - 1 - b : b);
+}
+
+// This CTA's item of round `round`. Both roles load items a round or two before they start them, so the tile_ptr
+// loads run under the current item instead of between two (each cost a consumer ~700 cycles per item).
 template <typename Cfg>
-__device__ __forceinline__ WorkItem work_item(const PackedTile& w, int item, int m_blocks, int splits) {
-  WorkItem it;
+__device__ __forceinline__ WorkItem work_item(const PackedTile& w, int round, int m_blocks, int splits) {
+  WorkItem it{};
+  const int item = scheduled_item(round);
+  it.skip = item >= w.num_tiles * m_blocks * splits;
+  if (it.skip) return it;
   const int mb = item % m_blocks, rest = item / m_blocks;
   const int split = rest % splits;
   it.tile = rest / splits;
@@ -70,16 +84,14 @@ __device__ __forceinline__ WorkItem work_item(const PackedTile& w, int item, int
   const int per_split = (ksteps + splits - 1) / splits;
   it.s0 = split * per_split;
   it.s1 = min(ksteps, it.s0 + per_split);
-  it.empty = splits > 1 && it.s0 >= it.s1;
+  it.skip = splits > 1 && it.s0 >= it.s1;
   return it;
 }
 
-// Item of this CTA in round r of the static schedule: items are numbered tile-major and tiles come heaviest first,
-// so each round hands out the heaviest remaining items; the direction alternates per round (CTA b takes b, then
-// 2*grid-1-b, ...) so that no CTA collects the heaviest item of every round.
-__device__ __forceinline__ int scheduled_item(int round) {
-  const int grid = static_cast<int>(gridDim.x), b = static_cast<int>(blockIdx.x);
-  return round * grid + ((round & 1) ? grid - 1 - b : b);
+// Rounds of the static schedule: every CTA walks the same count, some of them ending on skipped items.
+__device__ __forceinline__ int schedule_rounds(const PackedTile& w, int m_blocks, int splits) {
+  const int grid = static_cast<int>(gridDim.x);
+  return (w.num_tiles * m_blocks * splits + grid - 1) / grid;
 }
 
 // How a producer thread covers one operand of a stage (64 K rows x Chunks 16-byte chunks): chunks c0 + 16 h of rows
@@ -110,29 +122,38 @@ __device__ __forceinline__ void produce(const PackedTile& w, const Problem& p, i
   const T* x = static_cast<const T*>(p.x);
   const T* vals = static_cast<const T*>(w.values);
   const int64_t ldx = p.sxk;
-  const int num_items = w.num_tiles * m_blocks * splits;
+  const int rounds = schedule_rounds(w, m_blocks, splits);
+  // Lane l holds kept-row indices l and l + 32 of a step, loaded one step ahead (across items too: the last step of
+  // an item loads the first of the next); the gather reads them by shuffle.
+  const auto fetch_rows = [&](const WorkItem& it, int ks, int& lo, int& hi) {
+    const int kg = it.p0 + ks * BK + lane;
+    const bool live = !it.skip && ks < it.s1;
+    lo = live && kg < it.p_end ? __ldg(w.rows + kg) : -1;
+    hi = live && kg + 32 < it.p_end ? __ldg(w.rows + kg + 32) : -1;
+  };
   int stage = 0;
   uint32_t phase = 0;
-  for (int round = 0; round * static_cast<int>(gridDim.x) < num_items; ++round) {
-    const int item = scheduled_item(round);
-    if (item >= num_items) continue;
-    const WorkItem it = work_item<Cfg>(w, item, m_blocks, splits);
-    if (it.empty) continue;
+  WorkItem it = work_item<Cfg>(w, 0, m_blocks, splits);
+  int rows_lo, rows_hi;
+  fetch_rows(it, it.s0, rows_lo, rows_hi);
+  for (int round = 0; round < rounds; ++round) {
+    const WorkItem next = work_item<Cfg>(w, round + 1, m_blocks, splits);
+    if (it.skip) {
+      fetch_rows(next, next.s0, rows_lo, rows_hi);
+      it = next;
+      continue;
+    }
     const T* a_src = x + it.m0 + a_c0 * 8;  // this thread's M columns of any kept row
     bool a_in_m[A::kHalves];
 #pragma unroll
     for (int h = 0; h < A::kHalves; ++h) a_in_m[h] = it.m0 + (a_c0 + 16 * h) * 8 < p.M;
-    // Lane l holds kept-row indices l and l + 32 of a step, loaded one step ahead; the gather reads them by shuffle.
-    auto fetch_rows = [&](int ks, int& lo, int& hi) {
-      const int kg = it.p0 + ks * BK + lane;
-      lo = ks < it.s1 && kg < it.p_end ? __ldg(w.rows + kg) : -1;
-      hi = ks < it.s1 && kg + 32 < it.p_end ? __ldg(w.rows + kg + 32) : -1;
-    };
-    int rows_lo, rows_hi;
-    fetch_rows(it.s0, rows_lo, rows_hi);
     for (int ks = it.s0; ks < it.s1; ++ks) {
       int next_lo, next_hi;
-      fetch_rows(ks + 1, next_lo, next_hi);
+      if (ks + 1 < it.s1) {
+        fetch_rows(it, ks + 1, next_lo, next_hi);
+      } else {
+        fetch_rows(next, next.s0, next_lo, next_hi);
+      }
       mbarrier_wait(empty + stage * 8, phase ^ 1);
       const uint32_t sa = ring + stage * Cfg::kStageBytes;
 #pragma unroll
@@ -165,6 +186,7 @@ __device__ __forceinline__ void produce(const PackedTile& w, const Problem& p, i
       rows_lo = next_lo;
       rows_hi = next_hi;
     }
+    it = next;
   }
   // Then its share of the pruned columns, overlapping the consumers' last MMAs and epilogues. Interleaving them
   // with the waits for free stages kept a fill cursor live through the gather loop, which spilled the producer's
@@ -225,6 +247,62 @@ __device__ __forceinline__ void consumer_epilogue(const PackedTile& w, const Pro
   }
 }
 
+// Epilogue of one consumer warpgroup for one item when y is feature-major, K is not split and there is no TEW
+// residual (the common case): bias and activation in registers, the finished tile rounded to T and transposed into
+// the warpgroup's staging buffer by stmatrix (each output column becomes a contiguous row there, conflict-free),
+// then one asynchronous bulk copy per output column. The warpgroup goes on to its next item while the copies drain;
+// the fp32 staging and per-thread stores of consumer_epilogue took ~7000 cycles per 128 x 128 item, longer than the
+// other warpgroup's MMAs. col and bias: this thread's column of the tile (-1 pruned) and its bias, loaded earlier.
+template <typename T, typename Cfg>
+__device__ __forceinline__ void direct_epilogue(const Problem& p, const WorkItem& it, int cwg,
+                                                float (&acc)[Cfg::kMIWG][Cfg::kBN / 2], unsigned char* stage_c,
+                                                int col, float bias) {
+  constexpr int BN = Cfg::kBN, MIWG = Cfg::kMIWG, kRows = 64 * MIWG, kLd = kRows + 8;
+  using Staged = StagedTile<64, BN>;
+  static_assert(BN * kLd * static_cast<int>(sizeof(T)) <= Staged::kFloats * 4, "the T tile fits the fp32 staging");
+  const int wtid = threadIdx.x % Cfg::kWarpgroup, lane = wtid & 31, wq = wtid >> 5, t4 = lane & 3;
+  float* s_bias = Staged::biases(reinterpret_cast<float*>(stage_c));
+  const uint32_t s_tile = smem_addr(stage_c);
+  const int bar_id = 1 + cwg;
+  bulk_wait_read();  // this thread's copies of the previous item have left the buffer
+  if (wtid < BN) s_bias[wtid] = bias;
+  named_barrier_sync<Cfg::kWarpgroup>(bar_id);
+  // Lane 8q + r addresses row r of matrix q: column 8 (j + q / 2) + r of the tile, rows from 16 wq + 8 (q % 2).
+  const int q = lane >> 3, r = lane & 7;
+  const uint32_t lane_dst = s_tile + ((8 * (q >> 1) + r) * kLd + wq * 16 + 8 * (q & 1)) * sizeof(T);
+  with_activation(p.activation, [&](auto act) {
+    constexpr Activation kAct = decltype(act)::value;
+#pragma unroll
+    for (int j = 0; j < BN / 8; j += 2) {
+      const float2 b0 = ld_shared_f2(s_bias + 8 * j + 2 * t4), b1 = ld_shared_f2(s_bias + 8 * j + 8 + 2 * t4);
+#pragma unroll
+      for (int i = 0; i < MIWG; ++i) {
+        const float* a = &acc[i][4 * j];
+        float v[8] = {a[0] + b0.x, a[1] + b0.y, a[2] + b0.x, a[3] + b0.y,
+                      a[4] + b1.x, a[5] + b1.y, a[6] + b1.x, a[7] + b1.y};
+        activate_fixed<kAct>(v);
+        stmatrix_x4_trans(lane_dst + (8 * j * kLd + 64 * i) * sizeof(T), pack2<T>(v[0], v[1]), pack2<T>(v[2], v[3]),
+                          pack2<T>(v[4], v[5]), pack2<T>(v[6], v[7]));
+      }
+    }
+  });
+  fence_proxy_async();  // the bulk copies read the tile through the async proxy
+  named_barrier_sync<Cfg::kWarpgroup>(bar_id);
+  const int64_t m0 = it.m0 + (Cfg::kCooperative ? cwg * kRows : 0);
+  const int64_t rows = p.M - m0 < kRows ? p.M - m0 : kRows;
+  if (wtid < BN && col >= 0 && rows > 0) {
+    T* dst = static_cast<T*>(p.y) + static_cast<int64_t>(col) * p.syn + m0;
+    const uint32_t src = s_tile + wtid * kLd * sizeof(T);
+    if (p.y_vec16 && rows % 8 == 0) {
+      bulk_copy_to_global(dst, src, static_cast<uint32_t>(rows * sizeof(T)));
+    } else {  // an unaligned y, or a tail of M that is not a whole 16 bytes
+      const T* tile_row = reinterpret_cast<const T*>(stage_c) + wtid * kLd;
+      for (int e = 0; e < rows; ++e) dst[e] = tile_row[e];
+    }
+  }
+  bulk_commit();
+}
+
 // Moves a ring position `steps` stages on; the parity flips at every wrap.
 template <int Stages>
 __device__ __forceinline__ void advance_ring(int& stage, uint32_t& phase, int steps) {
@@ -245,20 +323,31 @@ __device__ __forceinline__ void consume(const PackedTile& w, const Problem& p, i
                                         uint32_t empty, uint32_t order, unsigned char* stage_c) {
   constexpr int BK = Cfg::kBK, MIWG = Cfg::kMIWG, NACC = Cfg::kBN / 2;
   const bool release_lane = (threadIdx.x & 31) == 0;
-  const int num_items = w.num_tiles * m_blocks * splits;
+  const int wtid = threadIdx.x % Cfg::kWarpgroup;
+  const int rounds = schedule_rounds(w, m_blocks, splits);
+  const bool direct = splits == 1 && feature_major_out && w.res_ptr == nullptr;
+  const T* bias = static_cast<const T*>(p.bias);
   int stage = 0, turn = 0;
   uint32_t phase = 0, order_parity = cwg == 0 ? 1 : 0;  // warpgroup 0 goes first: a fresh barrier passes parity 1
   float acc[MIWG][NACC];
-  for (int round = 0; round * static_cast<int>(gridDim.x) < num_items; ++round) {
-    const int item = scheduled_item(round);
-    if (item >= num_items) continue;
-    const WorkItem it = work_item<Cfg>(w, item, m_blocks, splits);
-    if (it.empty) continue;
+  // Items two rounds ahead: a ping-pong warpgroup's next own item is two rounds on.
+  WorkItem next = work_item<Cfg>(w, 0, m_blocks, splits), after = work_item<Cfg>(w, 1, m_blocks, splits);
+  for (int round = 0; round < rounds; ++round) {
+    const WorkItem it = next;
+    next = after;
+    after = work_item<Cfg>(w, round + 2, m_blocks, splits);
+    if (it.skip) continue;
     if constexpr (!Cfg::kCooperative) {
       if ((turn++ & 1) != cwg) {
         advance_ring<Cfg::kStages>(stage, phase, it.s1 - it.s0);
         continue;
       }
+    }
+    // This thread's output column for the direct epilogue, loaded now and its bias after the first K step, so
+    // neither load waits in the epilogue.
+    const int col = direct && wtid < Cfg::kBN ? w.cols[it.tile * Cfg::kBN + wtid] : -1;
+    float col_bias = 0.0f;
+    if constexpr (!Cfg::kCooperative) {
       mbarrier_wait(order + 8 * cwg, order_parity);
       order_parity ^= 1;
     }
@@ -277,6 +366,7 @@ __device__ __forceinline__ void consume(const PackedTile& w, const Problem& p, i
       // zero-filled rows in both operands, and a branch between two sequences made ptxas serialize every wgmma.
       wgmma_k_step<T, Cfg::kBN, MIWG, BK / 16>(acc, sa, sb, Cfg::kCooperative ? cwg * MIWG : 0, Cfg::kSlabBytes);
       wgmma_commit();
+      if (ks == it.s0 && bias != nullptr && col >= 0) col_bias = to_float(bias[col]);
       wgmma_wait<1>();  // the previous step's MMAs are done: its stage goes back to the producer
       fence_accumulators(acc);
       if (held >= 0 && release_lane) mbarrier_arrive(empty + held * 8);
@@ -292,8 +382,13 @@ __device__ __forceinline__ void consume(const PackedTile& w, const Problem& p, i
     wgmma_wait<0>();
     fence_accumulators(acc);
     if (held >= 0 && release_lane) mbarrier_arrive(empty + held * 8);
-    consumer_epilogue<T, Cfg>(w, p, it, splits, feature_major_out, cwg, acc, stage_c);
+    if (direct) {
+      direct_epilogue<T, Cfg>(p, it, cwg, acc, stage_c, col, col_bias);
+    } else {
+      consumer_epilogue<T, Cfg>(w, p, it, splits, feature_major_out, cwg, acc, stage_c);
+    }
   }
+  bulk_wait_read();  // the staging buffer stays allocated until the last copies have read it
 }
 #endif
 
