@@ -188,11 +188,12 @@ __device__ __forceinline__ void produce(const PackedTile& w, const Problem& p, i
     }
     it = next;
   }
-  // Then its share of the pruned columns, overlapping the consumers' last MMAs and epilogues. Interleaving them
-  // with the waits for free stages kept a fill cursor live through the gather loop, which spilled the producer's
-  // registers and slowed every stage. The finalize pass takes every column after split-K, and a row-major y's
-  // pruned columns (one 2-byte store per output, better spread over a full grid).
-  if (fills_pruned_columns(p, splits)) {
+  // Cooperative items: then the pruned columns, overlapping the consumers' last MMAs and epilogues (ping-pong
+  // consumers write them while they wait for their turn). Interleaving them with the waits for free stages kept a
+  // fill cursor live through the gather loop, which spilled the producer's registers and slowed every stage. The
+  // finalize pass takes every column after split-K, and a row-major y's pruned columns (one 2-byte store per output,
+  // better spread over a full grid).
+  if (Cfg::kCooperative && fills_pruned_columns(p, splits)) {
     constexpr int kWarps = Cfg::kWarpgroup / 32;
     PrunedColumnFill<T> fill(w, p, static_cast<int64_t>(blockIdx.x) * kWarps + tid / 32,
                              static_cast<int64_t>(gridDim.x) * kWarps);
@@ -330,6 +331,13 @@ __device__ __forceinline__ void consume(const PackedTile& w, const Problem& p, i
   int stage = 0, turn = 0;
   uint32_t phase = 0, order_parity = cwg == 0 ? 1 : 0;  // warpgroup 0 goes first: a fresh barrier passes parity 1
   float acc[MIWG][NACC];
+  // Ping-pong: the eight consumer warps write the pruned columns while they wait for their turn, a step at a time;
+  // left to the producer after its last stage, those stores ran after the gather instead of beside it (BERT QKV at
+  // 75%: a third of the kernel). Whatever is left when the items are done follows them.
+  constexpr int kFillWarps = 2 * Cfg::kWarpgroup / 32;
+  const bool fills = !Cfg::kCooperative && fills_pruned_columns(p, splits);
+  PrunedColumnFill<T> fill(w, p, static_cast<int64_t>(blockIdx.x) * kFillWarps + cwg * 4 + wtid / 32,
+                           fills ? static_cast<int64_t>(gridDim.x) * kFillWarps : 0);
   // Items two rounds ahead: a ping-pong warpgroup's next own item is two rounds on.
   WorkItem next = work_item<Cfg>(w, 0, m_blocks, splits), after = work_item<Cfg>(w, 1, m_blocks, splits);
   for (int round = 0; round < rounds; ++round) {
@@ -348,7 +356,9 @@ __device__ __forceinline__ void consume(const PackedTile& w, const Problem& p, i
     const int col = direct && wtid < Cfg::kBN ? w.cols[it.tile * Cfg::kBN + wtid] : -1;
     float col_bias = 0.0f;
     if constexpr (!Cfg::kCooperative) {
-      mbarrier_wait(order + 8 * cwg, order_parity);
+      while (!mbarrier_test_wait(order + 8 * cwg, order_parity)) {
+        if (!fill.done()) fill.step(w, p);
+      }
       order_parity ^= 1;
     }
 #pragma unroll
@@ -388,6 +398,7 @@ __device__ __forceinline__ void consume(const PackedTile& w, const Problem& p, i
       consumer_epilogue<T, Cfg>(w, p, it, splits, feature_major_out, cwg, acc, stage_c);
     }
   }
+  while (!fill.done()) fill.step(w, p);
   bulk_wait_read();  // the staging buffer stays allocated until the last copies have read it
 }
 #endif
