@@ -9,9 +9,11 @@
 //    tensor cores busy; cooperative configs split each item's rows between both, for items twice as tall, which
 //    halves the packed-value traffic per MMA on large problems;
 //  - one CTA per SM walks a static list of work items, so the producer already fills the next item's stages while
-//    the consumers run the epilogue of the current one; with a feature-major y, once it has issued its last stage it
-//    writes its share of the pruned columns (bias, residual, activation), so those stores overlap the last MMAs and
-//    epilogues rather than taking a launch of their own.
+//    the consumers run the epilogue of the current one;
+//  - with a feature-major y the kernel writes the pruned columns itself (bias, residual, activation) rather than
+//    leaving them to a launch of their own: ping-pong consumers while they wait for their turn, the producer of
+//    cooperative configs after its last stage. Without split-K or a TEW residual, an item's outputs leave through
+//    stmatrix and one bulk copy per output column (direct_epilogue).
 #include <algorithm>
 
 #include "sm90_wgmma.cuh"
@@ -66,7 +68,7 @@ __device__ __forceinline__ int scheduled_item(int round) {
   return round * grid + ((round & 1) ? grid - 1 - b : b);
 }
 
-// This CTA's item of round `round`. Both roles load items a round or two before they start them, so the tile_ptr
+// This CTA's item of round `round`. The consumers load items two rounds before they start them, so the tile_ptr
 // loads run under the current item instead of between two (each cost a consumer ~700 cycles per item).
 template <typename Cfg>
 __device__ __forceinline__ WorkItem work_item(const PackedTile& w, int round, int m_blocks, int splits) {
@@ -107,8 +109,8 @@ struct StageCover {
 };
 
 #ifdef SPARSEPRUNE_WGMMA
-// Producer warpgroup: fills stage after stage, each one K step (64 kept rows) of one item, then writes its CTA's
-// share of the pruned columns.
+// Producer warpgroup: fills stage after stage, each one K step (64 kept rows) of one item; in cooperative configs
+// it then writes its CTA's share of the pruned columns.
 template <typename T, typename Cfg>
 __device__ __forceinline__ void produce(const PackedTile& w, const Problem& p, int m_blocks, int splits,
                                         uint32_t ring, uint32_t full, uint32_t empty) {
@@ -123,37 +125,28 @@ __device__ __forceinline__ void produce(const PackedTile& w, const Problem& p, i
   const T* vals = static_cast<const T*>(w.values);
   const int64_t ldx = p.sxk;
   const int rounds = schedule_rounds(w, m_blocks, splits);
-  // Lane l holds kept-row indices l and l + 32 of a step, loaded one step ahead (across items too: the last step of
-  // an item loads the first of the next); the gather reads them by shuffle.
+  // Lane l holds kept-row indices l and l + 32 of a step, loaded one step ahead; the gather reads them by shuffle.
+  // (Loading the next item's first indices during an item's last step, with that item loaded a round ahead, made
+  // every stage of the gather slower: BERT FFN out at 75%, 1209 against 896 cycles per 32 KB stage.)
   const auto fetch_rows = [&](const WorkItem& it, int ks, int& lo, int& hi) {
     const int kg = it.p0 + ks * BK + lane;
-    const bool live = !it.skip && ks < it.s1;
-    lo = live && kg < it.p_end ? __ldg(w.rows + kg) : -1;
-    hi = live && kg + 32 < it.p_end ? __ldg(w.rows + kg + 32) : -1;
+    lo = ks < it.s1 && kg < it.p_end ? __ldg(w.rows + kg) : -1;
+    hi = ks < it.s1 && kg + 32 < it.p_end ? __ldg(w.rows + kg + 32) : -1;
   };
   int stage = 0;
   uint32_t phase = 0;
-  WorkItem it = work_item<Cfg>(w, 0, m_blocks, splits);
-  int rows_lo, rows_hi;
-  fetch_rows(it, it.s0, rows_lo, rows_hi);
   for (int round = 0; round < rounds; ++round) {
-    const WorkItem next = work_item<Cfg>(w, round + 1, m_blocks, splits);
-    if (it.skip) {
-      fetch_rows(next, next.s0, rows_lo, rows_hi);
-      it = next;
-      continue;
-    }
+    const WorkItem it = work_item<Cfg>(w, round, m_blocks, splits);
+    if (it.skip) continue;
+    int rows_lo, rows_hi;
+    fetch_rows(it, it.s0, rows_lo, rows_hi);
     const T* a_src = x + it.m0 + a_c0 * 8;  // this thread's M columns of any kept row
     bool a_in_m[A::kHalves];
 #pragma unroll
     for (int h = 0; h < A::kHalves; ++h) a_in_m[h] = it.m0 + (a_c0 + 16 * h) * 8 < p.M;
     for (int ks = it.s0; ks < it.s1; ++ks) {
       int next_lo, next_hi;
-      if (ks + 1 < it.s1) {
-        fetch_rows(it, ks + 1, next_lo, next_hi);
-      } else {
-        fetch_rows(next, next.s0, next_lo, next_hi);
-      }
+      fetch_rows(it, ks + 1, next_lo, next_hi);
       mbarrier_wait(empty + stage * 8, phase ^ 1);
       const uint32_t sa = ring + stage * Cfg::kStageBytes;
 #pragma unroll
@@ -186,7 +179,6 @@ __device__ __forceinline__ void produce(const PackedTile& w, const Problem& p, i
       rows_lo = next_lo;
       rows_hi = next_hi;
     }
-    it = next;
   }
   // Cooperative items: then the pruned columns, overlapping the consumers' last MMAs and epilogues (ping-pong
   // consumers write them while they wait for their turn). Interleaving them with the waits for free stages kept a
@@ -351,10 +343,8 @@ __device__ __forceinline__ void consume(const PackedTile& w, const Problem& p, i
         continue;
       }
     }
-    // This thread's output column for the direct epilogue, loaded now and its bias after the first K step, so
-    // neither load waits in the epilogue.
+    // This thread's output column for the direct epilogue, loaded now, and its bias while the last MMAs run.
     const int col = direct && wtid < Cfg::kBN ? w.cols[it.tile * Cfg::kBN + wtid] : -1;
-    float col_bias = 0.0f;
     if constexpr (!Cfg::kCooperative) {
       while (!mbarrier_test_wait(order + 8 * cwg, order_parity)) {
         if (!fill.done()) fill.step(w, p);
@@ -376,7 +366,6 @@ __device__ __forceinline__ void consume(const PackedTile& w, const Problem& p, i
       // zero-filled rows in both operands, and a branch between two sequences made ptxas serialize every wgmma.
       wgmma_k_step<T, Cfg::kBN, MIWG, BK / 16>(acc, sa, sb, Cfg::kCooperative ? cwg * MIWG : 0, Cfg::kSlabBytes);
       wgmma_commit();
-      if (ks == it.s0 && bias != nullptr && col >= 0) col_bias = to_float(bias[col]);
       wgmma_wait<1>();  // the previous step's MMAs are done: its stage goes back to the producer
       fence_accumulators(acc);
       if (held >= 0 && release_lane) mbarrier_arrive(empty + held * 8);
@@ -389,6 +378,7 @@ __device__ __forceinline__ void consume(const PackedTile& w, const Problem& p, i
     if (!Cfg::kCooperative && release_lane) {
       mbarrier_arrive(order + 8 * (1 - cwg));  // every stage of this item waited on: the other's turn
     }
+    const float col_bias = bias != nullptr && col >= 0 ? to_float(bias[col]) : 0.0f;
     wgmma_wait<0>();
     fence_accumulators(acc);
     if (held >= 0 && release_lane) mbarrier_arrive(empty + held * 8);
