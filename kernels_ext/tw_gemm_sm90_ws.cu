@@ -35,7 +35,7 @@ struct WsConfig {
   static constexpr bool kCooperative = Cooperative;
   static constexpr int kConsumersPerItem = Cooperative ? 2 : 1;
   static constexpr int kBM = 64 * MIWG * kConsumersPerItem, kBN = BN, kBK = 64, kStages = Stages, kMIWG = MIWG;
-  static constexpr int kWarpgroup = 128, kThreads = 3 * kWarpgroup;
+  static constexpr int kWarpgroup = 128, kThreads = 3 * kWarpgroup, kWarpsPerGroup = kWarpgroup / 32;
   static constexpr int kSlabBytes = kBK * 128;  // 64 M (or N) elements x 64 K rows
   static constexpr int kAStageBytes = kBM / 64 * kSlabBytes, kBStageBytes = BN / 64 * kSlabBytes;
   static constexpr int kStageBytes = kAStageBytes + kBStageBytes;
@@ -186,9 +186,8 @@ __device__ __forceinline__ void produce(const PackedTile& w, const Problem& p, i
   // finalize pass takes every column after split-K, and a row-major y's pruned columns (one 2-byte store per output,
   // better spread over a full grid).
   if (Cfg::kCooperative && fills_pruned_columns(p, splits)) {
-    constexpr int kWarps = Cfg::kWarpgroup / 32;
-    PrunedColumnFill<T> fill(w, p, static_cast<int64_t>(blockIdx.x) * kWarps + tid / 32,
-                             static_cast<int64_t>(gridDim.x) * kWarps);
+    PrunedColumnFill<T> fill(w, p, static_cast<int64_t>(blockIdx.x) * Cfg::kWarpsPerGroup + tid / 32,
+                             static_cast<int64_t>(gridDim.x) * Cfg::kWarpsPerGroup);
     while (!fill.done()) fill.step(w, p);
   }
   cp_async_wait<0>();  // nothing in flight when the warpgroup exits
@@ -326,9 +325,10 @@ __device__ __forceinline__ void consume(const PackedTile& w, const Problem& p, i
   // Ping-pong: the eight consumer warps write the pruned columns while they wait for their turn, a step at a time;
   // left to the producer after its last stage, those stores ran after the gather instead of beside it (BERT QKV at
   // 75%: a third of the kernel). Whatever is left when the items are done follows them.
-  constexpr int kFillWarps = 2 * Cfg::kWarpgroup / 32;
+  constexpr int kFillWarps = 2 * Cfg::kWarpsPerGroup;
   const bool fills = !Cfg::kCooperative && fills_pruned_columns(p, splits);
-  PrunedColumnFill<T> fill(w, p, static_cast<int64_t>(blockIdx.x) * kFillWarps + cwg * 4 + wtid / 32,
+  PrunedColumnFill<T> fill(w, p,
+                           static_cast<int64_t>(blockIdx.x) * kFillWarps + cwg * Cfg::kWarpsPerGroup + wtid / 32,
                            fills ? static_cast<int64_t>(gridDim.x) * kFillWarps : 0);
   // Items two rounds ahead: a ping-pong warpgroup's next own item is two rounds on.
   WorkItem next = work_item<Cfg>(w, 0, m_blocks, splits), after = work_item<Cfg>(w, 1, m_blocks, splits);
@@ -343,7 +343,8 @@ __device__ __forceinline__ void consume(const PackedTile& w, const Problem& p, i
         continue;
       }
     }
-    // This thread's output column for the direct epilogue, loaded now, and its bias while the last MMAs run.
+    // This thread's output column for the direct epilogue, loaded before the wait for its turn (which hides the
+    // load), and its bias while the last MMAs run.
     const int col = direct && wtid < Cfg::kBN ? w.cols[it.tile * Cfg::kBN + wtid] : -1;
     if constexpr (!Cfg::kCooperative) {
       while (!mbarrier_test_wait(order + 8 * cwg, order_parity)) {
