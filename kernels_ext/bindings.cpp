@@ -146,6 +146,7 @@ at::Tensor tw_matmul(const at::Tensor& x, const at::Tensor& values, const at::Te
   w.granularity = static_cast<int32_t>(granularity);
   w.num_pruned = static_cast<int32_t>(pruned_cols.numel());
   w.max_tile_k = static_cast<int32_t>(max_tile_k);
+  w.value_rows = rows.numel();
   w.K = K;
   w.N = N;
 

@@ -72,6 +72,21 @@ __device__ __forceinline__ bool mbarrier_test_wait(uint32_t bar, uint32_t parity
 __device__ __forceinline__ void mbarrier_arrive(uint32_t bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
+// One arrival on `bar` that also raises the bytes its current phase waits for (tensor copies complete them).
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+// Box (c0, c1) of the 2-D tensor map `map` (a __grid_constant__ kernel parameter) into shared memory at `dst` by the
+// TMA unit, swizzled as the map says; the bytes complete on `bar`. Rows past the tensor's end arrive as zeros.
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const void* map, int c0, int c1, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
+      ::"r"(dst), "l"(map), "r"(c0), "r"(c1), "r"(bar)
+      : "memory");
+}
+__device__ __forceinline__ void prefetch_tensormap(const void* map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(map) : "memory");
+}
 // One arrival on `bar` once every cp.async this thread issued so far has landed (the expected count already
 // includes it: .noinc).
 __device__ __forceinline__ void cp_async_mbarrier_arrive(uint32_t bar) {

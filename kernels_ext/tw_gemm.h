@@ -32,6 +32,7 @@ struct PackedTile {
   int32_t granularity;  // G
   int32_t num_pruned;
   int32_t max_tile_k;   // largest padded kept K of any tile
+  int64_t value_rows;   // rows of values (tile_ptr[num_tiles]): the values are value_rows x G
   int64_t K;
   int64_t N;
 };

@@ -1,8 +1,9 @@
 // Tile-wise sparse GEMM, Hopper warp-specialized persistent path (sm_90a wgmma). Same (tile, M block, K split)
 // work items and operand layout as tw_gemm_sm90.cu, but the roles are split so the gather never stalls the MMAs:
-//  - one producer warpgroup (few registers) gathers the kept rows of xT and streams the packed values into a ring
-//    of 128-byte-swizzled stages with 16-byte cp.async; each thread's copies arrive on the stage's "full" mbarrier
-//    by themselves (cp.async.mbarrier.arrive.noinc), so the producer runs ahead without waiting on its own loads;
+//  - one producer warpgroup (few registers) gathers the kept rows of xT into a ring of 128-byte-swizzled stages
+//    with 16-byte cp.async, and one of its threads has the TMA unit bring the packed values (a contiguous block
+//    per step, swizzled by the tensor map); each thread's copies arrive on the stage's "full" mbarrier by themselves
+//    (cp.async.mbarrier.arrive.noinc, complete_tx), so the producer runs ahead without waiting on its own loads;
 //  - two consumer warpgroups (many registers) wait on "full", issue wgmma, keep one K step in flight and hand the
 //    stage before it back through its "empty" mbarrier; no CTA-wide barrier after the setup. Ping-pong configs
 //    give each item to one warpgroup in turn, so one warpgroup's epilogue runs while the other's MMAs keep the
@@ -14,6 +15,9 @@
 //    leaving them to a launch of their own: ping-pong consumers while they wait for their turn, the producer of
 //    cooperative configs after its last stage. Without split-K or a TEW residual, an item's outputs leave through
 //    stmatrix and one bulk copy per output column (direct_epilogue).
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
 #include <algorithm>
 
 #include "sm90_wgmma.cuh"
@@ -39,7 +43,7 @@ struct WsConfig {
   static constexpr int kSlabBytes = kBK * 128;  // 64 M (or N) elements x 64 K rows
   static constexpr int kAStageBytes = kBM / 64 * kSlabBytes, kBStageBytes = BN / 64 * kSlabBytes;
   static constexpr int kStageBytes = kAStageBytes + kBStageBytes;
-  static constexpr int kAChunks = kBM / 8, kBChunks = BN / 8;  // 16-byte chunks per K row
+  static constexpr int kAChunks = kBM / 8;  // 16-byte chunks per K row of xT
   // Each consumer warpgroup stages its results 64 rows at a time in its own buffer, apart from the ring, so the
   // producer keeps filling stages during the epilogue.
   static constexpr int kEpiBytes = StagedTile<64, BN>::kBytes;
@@ -110,20 +114,20 @@ struct StageCover {
 
 #ifdef SPARSEPRUNE_WGMMA
 // Producer warpgroup: fills stage after stage, each one K step (64 kept rows) of one item; in cooperative configs
-// it then writes its CTA's share of the pruned columns.
+// it then writes its CTA's share of the pruned columns. The values of a step are the rows p0 + 64 ks onwards of
+// the packed block: a step that ends a tile early also loads the next tile's first rows (or zeros past the end),
+// which meet the zero-filled rows of xT and add nothing.
 template <typename T, typename Cfg>
-__device__ __forceinline__ void produce(const PackedTile& w, const Problem& p, int m_blocks, int splits,
-                                        uint32_t ring, uint32_t full, uint32_t empty) {
+__device__ __forceinline__ void produce(const PackedTile& w, const Problem& p, const CUtensorMap& values_map,
+                                        int m_blocks, int splits, uint32_t ring, uint32_t full, uint32_t empty) {
   using A = StageCover<Cfg::kAChunks>;
-  using B = StageCover<Cfg::kBChunks>;
   constexpr int BK = Cfg::kBK, BN = Cfg::kBN, kSlab = Cfg::kSlabBytes;
   const int tid = threadIdx.x, lane = tid & 31;
   const int a_r0 = tid / A::kLanesPerRow, a_c0 = tid % A::kLanesPerRow;
-  const int b_r0 = tid / B::kLanesPerRow, b_c0 = tid % B::kLanesPerRow;
-  const uint32_t a_dst = slab_offset(a_r0, a_c0, kSlab), b_dst = Cfg::kAStageBytes + slab_offset(b_r0, b_c0, kSlab);
+  const uint32_t a_dst = slab_offset(a_r0, a_c0, kSlab);
   const T* x = static_cast<const T*>(p.x);
-  const T* vals = static_cast<const T*>(w.values);
   const int64_t ldx = p.sxk;
+  if (tid == 0) prefetch_tensormap(&values_map);
   const int rounds = schedule_rounds(w, m_blocks, splits);
   // Lane l holds kept-row indices l and l + 32 of a step, loaded one step ahead; the gather reads them by shuffle.
   // (Loading the next item's first indices during an item's last step, with that item loaded a round ahead, made
@@ -160,15 +164,11 @@ __device__ __forceinline__ void produce(const PackedTile& w, const Problem& p, i
           cp_async16_to(sa + a_dst + A::dst_step(j, h, kSlab), ok ? src + 128 * h : x, ok ? 16 : 0);
         }
       }
-      const int b_row = it.p0 + ks * BK + b_r0;  // this thread's first K row of the values block
-      const T* b_src = vals + static_cast<int64_t>(b_row) * BN + b_c0 * 8;
+      if (tid == 0) {
+        mbarrier_arrive_expect_tx(full + stage * 8, Cfg::kBStageBytes);
 #pragma unroll
-      for (int j = 0; j < B::kRowPasses; ++j) {
-        const bool ok = b_row + j * B::kRowStep < it.p_end;
-#pragma unroll
-        for (int h = 0; h < B::kHalves; ++h) {
-          cp_async16_to(sa + b_dst + B::dst_step(j, h, kSlab), ok ? b_src + j * B::kRowStep * BN + 128 * h : vals,
-                        ok ? 16 : 0);
+        for (int h = 0; h < BN / 64; ++h) {
+          tma_load_2d(sa + Cfg::kAStageBytes + h * kSlab, &values_map, 64 * h, it.p0 + ks * BK, full + stage * 8);
         }
       }
       cp_async_mbarrier_arrive(full + stage * 8);
@@ -396,7 +396,8 @@ __device__ __forceinline__ void consume(const PackedTile& w, const Problem& p, i
 
 template <typename T, typename Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
-    tw_wgmma_ws_kernel(PackedTile w, Problem p, int m_blocks, int splits, bool feature_major_out) {
+    tw_wgmma_ws_kernel(PackedTile w, Problem p, const __grid_constant__ CUtensorMap values_map, int m_blocks,
+                       int splits, bool feature_major_out) {
 #ifdef SPARSEPRUNE_WGMMA
   extern __shared__ unsigned char smem_raw[];
   // 128-byte swizzle atoms must sit on 1024-byte boundaries.
@@ -406,7 +407,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const int wg = threadIdx.x / Cfg::kWarpgroup;
   if (threadIdx.x == 0) {
     for (int s = 0; s < Cfg::kStages; ++s) {
-      mbarrier_init(full + s * 8, Cfg::kWarpgroup);  // one cp.async arrival per producer thread
+      mbarrier_init(full + s * 8, Cfg::kWarpgroup + 1);  // one cp.async arrival per producer thread, one expect_tx
       mbarrier_init(empty + s * 8, 4 * Cfg::kConsumersPerItem);  // one arrival per consuming warp
     }
     mbarrier_init(order, 4);  // one arrival per warp of the other warpgroup
@@ -416,7 +417,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   __syncthreads();
   if (wg == 0) {
     setmaxnreg_dec<kProducerRegs>();
-    produce<T, Cfg>(w, p, m_blocks, splits, ring, full, empty);
+    produce<T, Cfg>(w, p, values_map, m_blocks, splits, ring, full, empty);
   } else {
     setmaxnreg_inc<kConsumerRegs>();
     unsigned char* stage_c = smem + Cfg::kPipeBytes + (wg - 1) * Cfg::kEpiBytes;
@@ -434,16 +435,49 @@ using Ws128x128 = WsConfig<128, 2, 4, false>;
 using Ws64x256 = WsConfig<64, 2, 4, true>;
 using Ws64x128 = WsConfig<64, 2, 6, false>;
 
+// The driver's tensor-map encoder, looked up once (the runtime links no driver symbols); nullptr if missing.
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+  static const auto encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    const cudaError_t err = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,
+                                                             &found);
+    return err == cudaSuccess && found == cudaDriverEntryPointSuccess
+               ? reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn)
+               : nullptr;
+  }();
+  return encode;
+}
+
+// Tensor map of the packed values (value_rows x G, row-major) in boxes of 64 rows x 64 columns, 128-byte swizzled:
+// one box is one slab of a stage's B operand, in the layout the wgmma descriptors read.
+const char* encode_values_map(const PackedTile& w, DType dtype, CUtensorMap* map) {
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
+  if (encode == nullptr) return "the CUDA driver has no cuTensorMapEncodeTiled (needs CUDA 12 or newer)";
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(w.granularity), static_cast<cuuint64_t>(w.value_rows)};
+  const cuuint64_t row_bytes[1] = {static_cast<cuuint64_t>(w.granularity) * 2};
+  const cuuint32_t box[2] = {64, 64}, unit_strides[2] = {1, 1};
+  const CUresult r = encode(map, dtype == DType::kHalf ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+                            2, const_cast<void*>(w.values), dims, row_bytes, box, unit_strides,
+                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS ? nullptr : "cuTensorMapEncodeTiled rejected the packed values (16-byte aligned?)";
+}
+
 // One persistent CTA per SM (at most one per item).
 template <typename T, typename Cfg>
 const char* run_ws(const PackedTile& w, const Problem& p, int splits) {
   constexpr auto kKernel = tw_wgmma_ws_kernel<T, Cfg>;
   if (const char* err = allow_dynamic_smem<kKernel, Cfg::kSmemBytes>()) return err;
+  CUtensorMap values_map{};  // left empty when every tile is empty: no item then has a K step to load
+  if (w.value_rows > 0) {
+    if (const char* err = encode_values_map(w, p.dtype, &values_map)) return err;
+  }
   const int m_blocks = cdiv(p.M, Cfg::kBM);
   const int64_t items = static_cast<int64_t>(w.num_tiles) * m_blocks * splits;
   if (items > INT32_MAX) return "too many TW work items for one launch";
   const int grid = static_cast<int>(std::min<int64_t>(items, std::max(1, p.num_sms)));
-  kKernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, p.stream>>>(w, p, m_blocks, splits, p.sym == 1);
+  kKernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, p.stream>>>(w, p, values_map, m_blocks, splits, p.sym == 1);
   return check_launch();
 }
 
