@@ -464,7 +464,8 @@ const char* encode_values_map(const PackedTile& w, DType dtype, CUtensorMap* map
   return r == CUDA_SUCCESS ? nullptr : "cuTensorMapEncodeTiled rejected the packed values (16-byte aligned?)";
 }
 
-// One persistent CTA per SM (at most one per item).
+// One persistent CTA per SM: at most one per item, unless the kernel writes pruned columns, which every SM helps
+// with.
 template <typename T, typename Cfg>
 const char* run_ws(const PackedTile& w, const Problem& p, int splits) {
   constexpr auto kKernel = tw_wgmma_ws_kernel<T, Cfg>;
@@ -476,7 +477,9 @@ const char* run_ws(const PackedTile& w, const Problem& p, int splits) {
   const int m_blocks = cdiv(p.M, Cfg::kBM);
   const int64_t items = static_cast<int64_t>(w.num_tiles) * m_blocks * splits;
   if (items > INT32_MAX) return "too many TW work items for one launch";
-  const int grid = static_cast<int>(std::min<int64_t>(items, std::max(1, p.num_sms)));
+  const int sms = std::max(1, p.num_sms);
+  const bool fill_everywhere = fills_pruned_columns(p, splits) && w.num_pruned > 0;
+  const int grid = fill_everywhere ? sms : static_cast<int>(std::min<int64_t>(items, sms));
   kKernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, p.stream>>>(w, p, values_map, m_blocks, splits, p.sym == 1);
   return check_launch();
 }
