@@ -97,6 +97,21 @@ template <int Threads>
 __device__ __forceinline__ void named_barrier_sync(int id) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "n"(Threads) : "memory");
 }
+// Named barrier among `Threads` threads that also tells whether `pred` held in every one of them.
+template <int Threads>
+__device__ __forceinline__ bool named_barrier_all(int id, bool pred) {
+  uint32_t all;
+  asm volatile(
+      "{\n.reg .pred p, q;\n"
+      "setp.ne.u32 p, %1, 0;\n"
+      "bar.red.and.pred q, %2, %3, p;\n"
+      "selp.u32 %0, 1, 0, q;\n"
+      "}\n"
+      : "=r"(all)
+      : "r"(static_cast<uint32_t>(pred)), "r"(id), "n"(Threads)
+      : "memory");
+  return all != 0;
+}
 // Per-warpgroup register budget (the whole warpgroup executes it).
 template <int Regs>
 __device__ __forceinline__ void setmaxnreg_dec() {
@@ -118,6 +133,12 @@ __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.
 // Four 8 x 8 16-bit matrices from MMA fragments (register q of each lane: row lane / 4, columns 2 (lane % 4) and
 // + 1 of matrix q) to shared memory transposed: lane 8q + r gives the address of row r of stored matrix q, which
 // receives column r of the fragment matrix.
+// The same four matrices stored as they are: lane 8q + r gives the address of row r of matrix q.
+__device__ __forceinline__ void stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r0), "r"(r1),
+               "r"(r2), "r"(r3)
+               : "memory");
+}
 __device__ __forceinline__ void stmatrix_x4_trans(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
   asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r0),
                "r"(r1), "r"(r2), "r"(r3)

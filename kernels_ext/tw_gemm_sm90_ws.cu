@@ -239,29 +239,48 @@ __device__ __forceinline__ void consumer_epilogue(const PackedTile& w, const Pro
   }
 }
 
-// Epilogue of one consumer warpgroup for one item when y is feature-major, K is not split and there is no TEW
-// residual (the common case): bias and activation in registers, the finished tile rounded to T and transposed into
-// the warpgroup's staging buffer by stmatrix (each output column becomes a contiguous row there, conflict-free),
-// then one asynchronous bulk copy per output column. The warpgroup goes on to its next item while the copies drain;
-// the fp32 staging and per-thread stores of consumer_epilogue took ~7000 cycles per 128 x 128 item, longer than the
-// other warpgroup's MMAs. col and bias: this thread's column of the tile (-1 pruned) and its bias, loaded earlier.
-template <typename T, typename Cfg>
-__device__ __forceinline__ void direct_epilogue(const Problem& p, const WorkItem& it, int cwg,
+// Epilogue of one consumer warpgroup for one item without split-K or TEW residual (the common case): bias and
+// activation in registers, the finished tile rounded to T and stored into the warpgroup's staging buffer by
+// stmatrix, then one asynchronous bulk copy per run of y. With a feature-major y (RowMajorY false) stmatrix
+// transposes, so each output column becomes a contiguous row of the buffer and leaves as one copy; with a row-major
+// y, where the tile owns G adjacent columns (vector-wise N:M), each tile row leaves as one copy; for other tiles
+// it returns false before writing anything but the column list, and consumer_epilogue takes over. The warpgroup
+// goes on to its next item while the copies drain; the fp32 staging and per-thread stores of consumer_epilogue
+// took ~7000 cycles per 128 x 128 item, longer than the other warpgroup's MMAs. col and bias: this thread's column
+// of the tile (-1 pruned) and its bias, loaded earlier.
+template <typename T, typename Cfg, bool RowMajorY>
+__device__ __forceinline__ bool direct_epilogue(const Problem& p, const WorkItem& it, int cwg,
                                                 float (&acc)[Cfg::kMIWG][Cfg::kBN / 2], unsigned char* stage_c,
                                                 int col, float bias) {
-  constexpr int BN = Cfg::kBN, MIWG = Cfg::kMIWG, kRows = 64 * MIWG, kLd = kRows + 8;
+  constexpr int BN = Cfg::kBN, MIWG = Cfg::kMIWG, kRows = 64 * MIWG;
+  constexpr int kLd = RowMajorY ? BN + 8 : kRows + 8;  // buffer row length: a tile row, or a tile column
   using Staged = StagedTile<64, BN>;
-  static_assert(BN * kLd * static_cast<int>(sizeof(T)) <= Staged::kFloats * 4, "the T tile fits the fp32 staging");
+  static_assert((RowMajorY ? kRows : BN) * kLd * static_cast<int>(sizeof(T)) <= Staged::kFloats * 4,
+                "the T tile fits the fp32 staging");
   const int wtid = threadIdx.x % Cfg::kWarpgroup, lane = wtid & 31, wq = wtid >> 5, t4 = lane & 3;
   float* s_bias = Staged::biases(reinterpret_cast<float*>(stage_c));
+  int* s_cols = Staged::cols(reinterpret_cast<float*>(stage_c));
   const uint32_t s_tile = smem_addr(stage_c);
   const int bar_id = 1 + cwg;
   bulk_wait_read();  // this thread's copies of the previous item have left the buffer
-  if (wtid < BN) s_bias[wtid] = bias;
+  if (wtid < BN) {
+    s_bias[wtid] = bias;
+    s_cols[wtid] = col;
+  }
   named_barrier_sync<Cfg::kWarpgroup>(bar_id);
-  // Lane 8q + r addresses row r of matrix q: column 8 (j + q / 2) + r of the tile, rows from 16 wq + 8 (q % 2).
+  int first_col = 0;
+  if constexpr (RowMajorY) {  // G adjacent columns from a 16-byte boundary of the row?
+    first_col = s_cols[0];
+    if (!named_barrier_all<Cfg::kWarpgroup>(bar_id, first_col % 8 == 0 && (wtid >= BN || col == first_col + wtid))) {
+      return false;
+    }
+  }
+  // Lane 8q + r addresses row r of matrix q, which holds tile rows from 16 wq + 8 (q % 2) and columns from
+  // 8 (j + q / 2): its row r is tile row 16 wq + 8 (q % 2) + r, or (transposed) tile column 8 (j + q / 2) + r.
   const int q = lane >> 3, r = lane & 7;
-  const uint32_t lane_dst = s_tile + ((8 * (q >> 1) + r) * kLd + wq * 16 + 8 * (q & 1)) * sizeof(T);
+  const int tile_row = wq * 16 + 8 * (q & 1), tile_col = 8 * (q >> 1);
+  const uint32_t lane_dst =
+      s_tile + (RowMajorY ? (tile_row + r) * kLd + tile_col : (tile_col + r) * kLd + tile_row) * sizeof(T);
   with_activation(p.activation, [&](auto act) {
     constexpr Activation kAct = decltype(act)::value;
 #pragma unroll
@@ -273,8 +292,14 @@ __device__ __forceinline__ void direct_epilogue(const Problem& p, const WorkItem
         float v[8] = {a[0] + b0.x, a[1] + b0.y, a[2] + b0.x, a[3] + b0.y,
                       a[4] + b1.x, a[5] + b1.y, a[6] + b1.x, a[7] + b1.y};
         activate_fixed<kAct>(v);
-        stmatrix_x4_trans(lane_dst + (8 * j * kLd + 64 * i) * sizeof(T), pack2<T>(v[0], v[1]), pack2<T>(v[2], v[3]),
-                          pack2<T>(v[4], v[5]), pack2<T>(v[6], v[7]));
+        const uint32_t dst = lane_dst + (RowMajorY ? 64 * i * kLd + 8 * j : 8 * j * kLd + 64 * i) * sizeof(T);
+        const uint32_t r0 = pack2<T>(v[0], v[1]), r1 = pack2<T>(v[2], v[3]), r2 = pack2<T>(v[4], v[5]),
+                       r3 = pack2<T>(v[6], v[7]);
+        if constexpr (RowMajorY) {
+          stmatrix_x4(dst, r0, r1, r2, r3);
+        } else {
+          stmatrix_x4_trans(dst, r0, r1, r2, r3);
+        }
       }
     }
   });
@@ -282,7 +307,12 @@ __device__ __forceinline__ void direct_epilogue(const Problem& p, const WorkItem
   named_barrier_sync<Cfg::kWarpgroup>(bar_id);
   const int64_t m0 = it.m0 + (Cfg::kCooperative ? cwg * kRows : 0);
   const int64_t rows = p.M - m0 < kRows ? p.M - m0 : kRows;
-  if (wtid < BN && col >= 0 && rows > 0) {
+  if constexpr (RowMajorY) {
+    if (wtid < rows) {  // one tile row per thread: kRows is the warpgroup's 128 threads
+      T* dst = static_cast<T*>(p.y) + (m0 + wtid) * p.sym + first_col;
+      bulk_copy_to_global(dst, s_tile + wtid * kLd * sizeof(T), BN * sizeof(T));
+    }
+  } else if (wtid < BN && col >= 0 && rows > 0) {
     T* dst = static_cast<T*>(p.y) + static_cast<int64_t>(col) * p.syn + m0;
     const uint32_t src = s_tile + wtid * kLd * sizeof(T);
     if (p.y_vec16 && rows % 8 == 0) {
@@ -293,6 +323,7 @@ __device__ __forceinline__ void direct_epilogue(const Problem& p, const WorkItem
     }
   }
   bulk_commit();
+  return true;
 }
 
 // Moves a ring position `steps` stages on; the parity flips at every wrap.
@@ -318,6 +349,9 @@ __device__ __forceinline__ void consume(const PackedTile& w, const Problem& p, i
   const int wtid = threadIdx.x % Cfg::kWarpgroup;
   const int rounds = schedule_rounds(w, m_blocks, splits);
   const bool direct = splits == 1 && feature_major_out && w.res_ptr == nullptr;
+  // A row-major y takes the direct epilogue where the item's tile owns G adjacent columns (checked per item).
+  const bool direct_rows = splits == 1 && !feature_major_out && w.res_ptr == nullptr && p.y_vec16;
+  static_assert(64 * Cfg::kMIWG == Cfg::kWarpgroup, "a row-major direct epilogue copies one tile row per thread");
   const T* bias = static_cast<const T*>(p.bias);
   int stage = 0, turn = 0;
   uint32_t phase = 0, order_parity = cwg == 0 ? 1 : 0;  // warpgroup 0 goes first: a fresh barrier passes parity 1
@@ -345,7 +379,7 @@ __device__ __forceinline__ void consume(const PackedTile& w, const Problem& p, i
     }
     // This thread's output column for the direct epilogue, loaded before the wait for its turn (which hides the
     // load), and its bias while the last MMAs run.
-    const int col = direct && wtid < Cfg::kBN ? w.cols[it.tile * Cfg::kBN + wtid] : -1;
+    const int col = (direct || direct_rows) && wtid < Cfg::kBN ? w.cols[it.tile * Cfg::kBN + wtid] : -1;
     if constexpr (!Cfg::kCooperative) {
       while (!mbarrier_test_wait(order + 8 * cwg, order_parity)) {
         if (!fill.done()) fill.step(w, p);
@@ -384,8 +418,8 @@ __device__ __forceinline__ void consume(const PackedTile& w, const Problem& p, i
     fence_accumulators(acc);
     if (held >= 0 && release_lane) mbarrier_arrive(empty + held * 8);
     if (direct) {
-      direct_epilogue<T, Cfg>(p, it, cwg, acc, stage_c, col, col_bias);
-    } else {
+      direct_epilogue<T, Cfg, false>(p, it, cwg, acc, stage_c, col, col_bias);
+    } else if (!(direct_rows && direct_epilogue<T, Cfg, true>(p, it, cwg, acc, stage_c, col, col_bias))) {
       consumer_epilogue<T, Cfg>(w, p, it, splits, feature_major_out, cwg, acc, stage_c);
     }
   }
