@@ -133,15 +133,15 @@ __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.
 // Four 8 x 8 16-bit matrices from MMA fragments (register q of each lane: row lane / 4, columns 2 (lane % 4) and
 // + 1 of matrix q) to shared memory transposed: lane 8q + r gives the address of row r of stored matrix q, which
 // receives column r of the fragment matrix.
+__device__ __forceinline__ void stmatrix_x4_trans(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r0),
+               "r"(r1), "r"(r2), "r"(r3)
+               : "memory");
+}
 // The same four matrices stored as they are: lane 8q + r gives the address of row r of matrix q.
 __device__ __forceinline__ void stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
   asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r0), "r"(r1),
                "r"(r2), "r"(r3)
-               : "memory");
-}
-__device__ __forceinline__ void stmatrix_x4_trans(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
-  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r0),
-               "r"(r1), "r"(r2), "r"(r3)
                : "memory");
 }
 // Asynchronous shared -> global copy of `bytes` (a multiple of 16; both addresses 16-byte aligned) by the TMA unit,

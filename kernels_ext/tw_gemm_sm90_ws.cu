@@ -491,8 +491,9 @@ const char* encode_values_map(const PackedTile& w, DType dtype, CUtensorMap* map
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(w.granularity), static_cast<cuuint64_t>(w.value_rows)};
   const cuuint64_t row_bytes[1] = {static_cast<cuuint64_t>(w.granularity) * 2};
   const cuuint32_t box[2] = {64, 64}, unit_strides[2] = {1, 1};
-  const CUresult r = encode(map, dtype == DType::kHalf ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
-                            2, const_cast<void*>(w.values), dims, row_bytes, box, unit_strides,
+  const CUtensorMapDataType type =
+      dtype == DType::kHalf ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  const CUresult r = encode(map, type, 2, const_cast<void*>(w.values), dims, row_bytes, box, unit_strides,
                             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   return r == CUDA_SUCCESS ? nullptr : "cuTensorMapEncodeTiled rejected the packed values (16-byte aligned?)";
