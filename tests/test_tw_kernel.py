@@ -154,6 +154,37 @@ def test_hopper_kernels_match_fp32_reference(kernel: str, dtype: torch.dtype, gr
             assert err_fm <= KERNEL_TOLERANCE[dtype], f"feature-major M={m} K={k} N={n}: rel err {err_fm:.2e}"
 
 
+@pytest.mark.parametrize("granularity", [64, 128])
+@pytest.mark.parametrize("adjacent", [True, False])
+def test_row_major_y_when_every_column_is_kept(granularity: int, adjacent: bool) -> None:
+    """A weight that keeps every column gets its row-major y straight from the warp-specialized kernel: tiles of G
+    adjacent columns through the direct epilogue (one bulk copy per tile row), tiles of scattered columns through
+    the fp32 staging; M = 200 leaves a ragged last block."""
+    if not _is_hopper():
+        pytest.skip("wgmma needs a Hopper GPU")
+    g, k = granularity, 520
+    n = 4 * g
+    gen = torch.Generator().manual_seed(g + adjacent)
+    mask = torch.zeros(k, n, dtype=torch.bool)
+    if adjacent:  # each block of G columns keeps its own rows: one tile per block
+        for t in range(n // g):
+            mask[torch.randperm(k, generator=gen)[: 64 * (t + 1)], t * g : (t + 1) * g] = True
+    else:  # even and odd columns keep different rows: every tile takes every other column
+        mask[torch.randperm(k, generator=gen)[:200], 0::2] = True
+        mask[torch.randperm(k, generator=gen)[:136], 1::2] = True
+    packed = pack_tw(torch.randn(k, n, generator=gen) / math.sqrt(k), mask, g).to("cuda", torch.float16)
+    assert packed.pruned_cols.numel() == 0
+    cols = packed.cols.view(-1, g).long()
+    steps = cols - cols[:, :1] == torch.arange(g, device="cuda")
+    assert bool(steps.all(dim=1).all()) == adjacent and bool(steps.all(dim=1).any()) == adjacent
+    for m in (200, 4096):
+        x = torch.randn(m, k, generator=gen).to("cuda", torch.float16)
+        bias = torch.randn(n, generator=gen).to("cuda", torch.float16)
+        ref = tw_matmul_reference(x.float(), packed.to("cuda", torch.float32), bias.float(), "gelu")
+        err = rel_err(tw_matmul(x, packed, bias, "gelu", kernel="wgmma.ws"), ref)
+        assert err <= KERNEL_TOLERANCE[torch.float16], f"M={m} G={g} adjacent={adjacent}: rel err {err:.2e}"
+
+
 def test_hopper_kernels_agree_and_repeat() -> None:
     """The warp-specialized kernel matches the earlier wgmma one and mma.sync, and gives bit-identical results on
     repeated calls (no split-K here, so no atomics)."""
