@@ -14,7 +14,8 @@
 //  - with a feature-major y the kernel writes the pruned columns itself (bias, residual, activation) rather than
 //    leaving them to a launch of their own: ping-pong consumers while they wait for their turn, the producer of
 //    cooperative configs after its last stage. Without split-K or a TEW residual, an item's outputs leave through
-//    stmatrix and one bulk copy per output column (direct_epilogue).
+//    stmatrix and bulk copies, one per output column of a feature-major y or per tile row of a row-major y whose
+//    tile owns G adjacent columns (direct_epilogue).
 #include <cuda.h>
 #include <cudaTypedefs.h>
 
@@ -257,6 +258,7 @@ __device__ __forceinline__ bool direct_epilogue(const Problem& p, const WorkItem
   using Staged = StagedTile<64, BN>;
   static_assert((RowMajorY ? kRows : BN) * kLd * static_cast<int>(sizeof(T)) <= Staged::kFloats * 4,
                 "the T tile fits the fp32 staging");
+  static_assert(!RowMajorY || kRows == Cfg::kWarpgroup, "a row-major y leaves one tile row per thread");
   const int wtid = threadIdx.x % Cfg::kWarpgroup, lane = wtid & 31, wq = wtid >> 5, t4 = lane & 3;
   float* s_bias = Staged::biases(reinterpret_cast<float*>(stage_c));
   int* s_cols = Staged::cols(reinterpret_cast<float*>(stage_c));
@@ -265,7 +267,7 @@ __device__ __forceinline__ bool direct_epilogue(const Problem& p, const WorkItem
   bulk_wait_read();  // this thread's copies of the previous item have left the buffer
   if (wtid < BN) {
     s_bias[wtid] = bias;
-    s_cols[wtid] = col;
+    if constexpr (RowMajorY) s_cols[wtid] = col;
   }
   named_barrier_sync<Cfg::kWarpgroup>(bar_id);
   int first_col = 0;
@@ -348,10 +350,11 @@ __device__ __forceinline__ void consume(const PackedTile& w, const Problem& p, i
   const bool release_lane = (threadIdx.x & 31) == 0;
   const int wtid = threadIdx.x % Cfg::kWarpgroup;
   const int rounds = schedule_rounds(w, m_blocks, splits);
-  const bool direct = splits == 1 && feature_major_out && w.res_ptr == nullptr;
-  // A row-major y takes the direct epilogue where the item's tile owns G adjacent columns (checked per item).
-  const bool direct_rows = splits == 1 && !feature_major_out && w.res_ptr == nullptr && p.y_vec16;
-  static_assert(64 * Cfg::kMIWG == Cfg::kWarpgroup, "a row-major direct epilogue copies one tile row per thread");
+  // direct_epilogue needs whole outputs in registers (no split-K) and nothing else to add (no TEW residual); a
+  // row-major y takes it where the item's tile owns G adjacent columns (checked per item).
+  const bool finishes_in_registers = splits == 1 && w.res_ptr == nullptr;
+  const bool direct = finishes_in_registers && feature_major_out;
+  const bool direct_rows = finishes_in_registers && !feature_major_out && p.y_vec16;
   const T* bias = static_cast<const T*>(p.bias);
   int stage = 0, turn = 0;
   uint32_t phase = 0, order_parity = cwg == 0 ? 1 : 0;  // warpgroup 0 goes first: a fresh barrier passes parity 1
@@ -442,10 +445,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   if (threadIdx.x == 0) {
     for (int s = 0; s < Cfg::kStages; ++s) {
       mbarrier_init(full + s * 8, Cfg::kWarpgroup + 1);  // one cp.async arrival per producer thread, one expect_tx
-      mbarrier_init(empty + s * 8, 4 * Cfg::kConsumersPerItem);  // one arrival per consuming warp
+      mbarrier_init(empty + s * 8, Cfg::kWarpsPerGroup * Cfg::kConsumersPerItem);  // one per consuming warp
     }
-    mbarrier_init(order, 4);  // one arrival per warp of the other warpgroup
-    mbarrier_init(order + 8, 4);
+    mbarrier_init(order, Cfg::kWarpsPerGroup);  // one arrival per warp of the other warpgroup
+    mbarrier_init(order + 8, Cfg::kWarpsPerGroup);
     fence_mbarrier_init();
   }
   __syncthreads();
