@@ -8,12 +8,8 @@
 #include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>  // not torch/extension.h: the full C++ API takes minutes to compile
 
-#include <cstdlib>
-#include <map>
-#include <mutex>
 #include <optional>
 #include <string>
-#include <utility>
 
 #include "nm_gemm.h"
 #include "tw_gemm.h"
@@ -75,30 +71,6 @@ int sm_count(int device) {
   const cudaError_t err = cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device);
   TORCH_CHECK(err == cudaSuccess, "cudaDeviceGetAttribute failed: ", cudaGetErrorString(err));
   return count;
-}
-
-// The stream-K flags of tw_matmul, one zeroed buffer per (device, stream): each kernel clears every flag it raised,
-// so calls on one stream share it without a memset, while calls on different streams may overlap and must not.
-// Never freed (the map outlives the CUDA context at exit otherwise).
-int32_t* stream_k_flags(const at::Device& device, cudaStream_t stream, int64_t count) {
-  static std::mutex mutex;
-  static auto* buffers = new std::map<std::pair<int, cudaStream_t>, at::Tensor>();
-  const std::lock_guard<std::mutex> lock(mutex);
-  at::Tensor& flags = (*buffers)[{device.index(), stream}];
-  if (!flags.defined() || flags.numel() < count) {
-    flags = at::zeros({count}, at::TensorOptions().device(device).dtype(at::kInt));
-  }
-  return flags.data_ptr<int32_t>();
-}
-
-// SPARSEPRUNE_TW_SCHEDULE: unset or "auto", "static" or "stream-k" (see tw::Schedule).
-tw::Schedule schedule_from_env() {
-  const char* value = std::getenv("SPARSEPRUNE_TW_SCHEDULE");
-  const std::string name = value == nullptr ? "auto" : value;
-  if (name == "auto") return tw::Schedule::kAuto;
-  if (name == "static") return tw::Schedule::kStatic;
-  TORCH_CHECK(name == "stream-k", "SPARSEPRUNE_TW_SCHEDULE must be auto, static or stream-k, got '", name, "'");
-  return tw::Schedule::kStreamK;
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -187,7 +159,6 @@ at::Tensor tw_matmul(const at::Tensor& x, const at::Tensor& values, const at::Te
   p.num_sms = sm_count(device.index());
   p.stream = stream;
   p.path = static_cast<tw::Path>(path);
-  p.schedule = schedule_from_env();
   p.sym = feature_major ? 1 : N;
   p.syn = feature_major ? M : 1;
   p.y_vec16 = aligned16(p.y) && (feature_major ? M % 8 == 0 : N % 8 == 0);
@@ -226,12 +197,6 @@ at::Tensor tw_matmul(const at::Tensor& x, const at::Tensor& values, const at::Te
     // Flat fp32 buffer; the kernels index it in the output's layout (see ws_index in tw_device.cuh).
     workspace = at::zeros({M * num_tiles * granularity}, opts.dtype(at::kFloat));
     p.workspace = workspace.data_ptr<float>();
-  }
-  at::Tensor partials;
-  if (const int64_t floats = tw::stream_k_partial_floats(w, p); floats > 0) {
-    partials = at::empty({floats}, opts.dtype(at::kFloat));  // a slot is read only after its CTA wrote it
-    p.partials = partials.data_ptr<float>();
-    p.partial_flags = stream_k_flags(device, stream, 2LL * p.num_sms);
   }
   const char* err = tw::launch_tw_matmul(w, p);
   TORCH_CHECK(err == nullptr, "tw_matmul launch failed: ", err ? err : "");

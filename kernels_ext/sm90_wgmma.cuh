@@ -112,15 +112,6 @@ __device__ __forceinline__ bool named_barrier_all(int id, bool pred) {
       : "memory");
   return all != 0;
 }
-// Flag handshake between CTAs: a release store after the data it publishes, an acquire load before reading it.
-__device__ __forceinline__ void st_release_gpu(int* flag, int value) {
-  asm volatile("st.release.gpu.global.s32 [%0], %1;\n" ::"l"(flag), "r"(value) : "memory");
-}
-__device__ __forceinline__ int ld_acquire_gpu(const int* flag) {
-  int value;
-  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(value) : "l"(flag) : "memory");
-  return value;
-}
 // Per-warpgroup register budget (the whole warpgroup executes it).
 template <int Regs>
 __device__ __forceinline__ void setmaxnreg_dec() {

@@ -582,23 +582,6 @@ const char* launch_tiles(const PackedTile& w, const Problem& p, int splits) {
   return check_launch();
 }
 
-// Stream-K work of the warp-specialized kernel (see StreamK in tw_gemm_sm90_ws.cu): an item costs kStreamKItemCost
-// positions plus its kept K rows, and CTA c of `grid` takes positions [start(c), start(c + 1)) of the total. The
-// host divides once, so the kernel's bounds need no 64-bit division (a called subroutine that spilled registers).
-constexpr int kStreamKItemCost = 64;
-struct StreamKShares {
-  int64_t per_cta;  // total / grid
-  int extra;        // total % grid: the first `extra` CTAs take one position more
-
-  __host__ __device__ __forceinline__ bool on() const { return per_cta > 0 || extra > 0; }
-  __host__ __device__ __forceinline__ int64_t start(int c) const { return c * per_cta + (c < extra ? c : extra); }
-};
-inline StreamKShares stream_k_shares(const PackedTile& w, int m_blocks, int grid) {
-  const int64_t total =
-      static_cast<int64_t>(m_blocks) * (w.value_rows + static_cast<int64_t>(kStreamKItemCost) * w.num_tiles);
-  return {total / grid, static_cast<int>(total % grid)};
-}
-
 // Implemented in tw_gemm_sm90.cu.
 // True when the wgmma kernels hold sm_90a machine code that this (Hopper) device runs.
 bool wgmma_available();

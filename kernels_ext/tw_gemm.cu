@@ -9,7 +9,6 @@
 // them over the SMs. Small M is bound by the weight bytes instead: a GEMV on CUDA cores up to kGemvMaxM rows, a
 // 16-row mma.sync configuration with short, equal K splits above.
 #include <algorithm>
-#include <cmath>
 #include <type_traits>
 
 #include "tw_device.cuh"
@@ -569,20 +568,6 @@ int splits_for(const PackedTile& w, const Problem& p, int bm) {
   return static_cast<int>(std::min<int64_t>(max_splits, p.num_sms / ctas));
 }
 
-// Whether the warp-specialized kernel's static rounds would leave SMs idle long enough for stream-K to pay: the last
-// round only partly filled (BERT FFN out at 75%: 192 items on 132 SMs, the last round's 60 items keep 60 SMs busy
-// for a whole item's time), or tiles whose kept K differs so much that the heaviest items set the time.
-bool stream_k_pays(const PackedTile& w, const Problem& p, int bm) {
-  if (p.schedule != Schedule::kAuto) return p.schedule == Schedule::kStreamK;
-  const int64_t items = static_cast<int64_t>(w.num_tiles) * cdiv(p.M, bm);
-  const int64_t sms = std::max(1, p.num_sms);
-  const double rounds = static_cast<double>(items) / sms;
-  const double mean_k = static_cast<double>(w.value_rows) / std::max(1, w.num_tiles);
-  const bool last_round_idle = std::ceil(rounds) > 1.15 * rounds;
-  const bool uneven_tiles = w.max_tile_k > 1.25 * mean_k;
-  return last_round_idle || uneven_tiles;
-}
-
 template <typename T>
 const char* run(const PackedTile& w, const Problem& p) {
   if (p.M == 0) return nullptr;
@@ -652,22 +637,14 @@ Plan make_plan(const PackedTile& w, const Problem& p) {
   // workspace, atomics and finalize pass cost more than the idle SMs save (17.6 against 13.3 us on an H200); at
   // M = 128 (LSTM gates) the finalize pass's full grid writes the many short pruned columns faster than the
   // kernel's fill (with bias and GELU: 10 against 14 us).
-  const bool may_split =
-      plan.path != Path::kWgmmaWs || (p.M < kWsSplitMaxM && p.schedule != Schedule::kStreamK);
+  const bool may_split = plan.path != Path::kWgmmaWs || p.M < kWsSplitMaxM;
   plan.splits = may_split ? splits_for(w, p, plan.block_m) : 1;
-  plan.stream_k = plan.path == Path::kWgmmaWs && plan.splits == 1 && stream_k_pays(w, p, plan.block_m);
   return plan;
 }
 
 bool needs_workspace(const PackedTile& w, const Problem& p) {
   if (w.num_tiles == 0) return false;
   return make_plan(w, p).splits > 1;
-}
-
-int64_t stream_k_partial_floats(const PackedTile& w, const Problem& p) {
-  if (w.num_tiles == 0 || p.M == 0) return 0;
-  const Plan plan = make_plan(w, p);
-  return plan.stream_k ? static_cast<int64_t>(std::max(1, p.num_sms)) * plan.block_m * w.granularity : 0;
 }
 
 const char* launch_tw_matmul(const PackedTile& w, const Problem& p) {

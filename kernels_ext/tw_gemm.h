@@ -15,10 +15,6 @@ enum class Activation : int { kNone = 0, kRelu = 1, kGelu = 2 };
 // warp-specialized wgmma kernel on Hopper builds, else mma.sync. kWgmma is the earlier wgmma kernel (every thread loads and multiplies), kept for A/B comparison.
 enum class Path : int { kAuto = 0, kMmaSync = 1, kWgmma = 2, kWgmmaWs = 3, kGemv = 4, kUnavailable = 5 };
 
-// How the warp-specialized kernel shares items out among its CTAs: auto picks stream-K where static rounds would
-// leave SMs idle (see make_plan); SPARSEPRUNE_TW_SCHEDULE=static|stream-k forces one (benchmarks and tests).
-enum class Schedule : int { kAuto = 0, kStatic = 1, kStreamK = 2 };
-
 // Packed TW weight (see sparseprune/export/formats/tw.py). Tile t owns columns cols[t*G .. t*G+G) (-1 pads) and
 // kept K rows rows[tile_ptr[t] .. tile_ptr[t+1]) (-1 pads, a multiple of kKStep); its values are a dense
 // (tile_ptr[t+1]-tile_ptr[t]) x G block, row-major, starting at values + tile_ptr[t]*G.
@@ -53,24 +49,16 @@ struct Problem {
   DType dtype;
   bool y_vec16;     // y base is 16-byte aligned and the contiguous stride is a multiple of 8 elements
   float* workspace; // zeroed fp32, M * num_tiles * G entries, when needs_workspace() says so, else unused
-  // Stream-K (Plan::stream_k): fp32 partial sums, stream_k_partial_floats() entries (no need to zero them), and
-  // 2 * num_sms flags that are zero before the call; the kernel leaves them zero again.
-  float* partials;
-  int32_t* partial_flags;
   int num_sms;
   Path path;  // kAuto, or kMmaSync / kWgmma / kWgmmaWs to force a tensor-core kernel (tests and benchmarks)
-  Schedule schedule;
   cudaStream_t stream;
 };
 
-// How one call runs: kernel family, CTA rows, K splits (1 = direct epilogue, no workspace), and whether the
-// warp-specialized kernel shares the work out stream-K (equal K steps per CTA, partial sums handed between CTAs)
-// instead of whole items in static rounds.
+// How one call runs: kernel family, CTA rows, K splits (1 = direct epilogue, no workspace).
 struct Plan {
   Path path;
   int block_m;
   int splits;
-  bool stream_k;
 };
 
 constexpr int kKStep = 32;  // kept K of every tile is padded to a multiple of this
@@ -81,8 +69,6 @@ constexpr int kGemvMaxM = 8;  // M up to this always runs the GEMV; above, a fea
 Plan make_plan(const PackedTile& w, const Problem& p);
 // True when the launch needs the zeroed fp32 workspace.
 bool needs_workspace(const PackedTile& w, const Problem& p);
-// fp32 entries of Problem::partials the launch needs (0: no stream-K, no partials or flags).
-int64_t stream_k_partial_floats(const PackedTile& w, const Problem& p);
 
 // Launches the TW GEMM. Large M needs x feature-major (sxm == 1, sxk % 8 == 0, 16-byte aligned).
 // Returns nullptr on success, else a static error message (the launch error is checked after every kernel).

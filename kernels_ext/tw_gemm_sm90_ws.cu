@@ -20,7 +20,6 @@
 #include <cudaTypedefs.h>
 
 #include <algorithm>
-#include <type_traits>
 
 #include "sm90_wgmma.cuh"
 #include "tw_device.cuh"
@@ -57,19 +56,13 @@ struct WsConfig {
   static_assert(kEpiBytes % 8 == 0, "mbarriers need 8-byte alignment");
 };
 
-// One (tile, M block, K split) item, or under stream-K the share of an item that one CTA computes.
+// One (tile, M block, K split) item. `skip`: past the last item, or a K split that got no steps (the workspace
+// already holds its zeros).
 struct WorkItem {
   int tile, p0, p_end;  // the tile's kept rows are rows[p0 .. p_end)
-  int s0, s1;           // the K steps of 64 rows computed here
-  int mb;               // the M block: rows from mb * BM
-  // kOwner finishes the item (always, without stream-K); kPartial hands its partial sums to the owner; kSkip has
-  // nothing to compute (a K split or stream-K share without steps); kDone is past this CTA's last item. One field
-  // rather than three flags: the consumers hold three items at a time beside their accumulators.
-  enum Role : int { kOwner, kPartial, kSkip, kDone } role;
-
-  __device__ __forceinline__ int64_t row0(int bm) const { return static_cast<int64_t>(mb) * bm; }
-  __device__ __forceinline__ bool done() const { return role == kDone; }
-  __device__ __forceinline__ bool skip() const { return role >= kSkip; }
+  int s0, s1;           // its K steps of 64 rows
+  int64_t m0;
+  bool skip;
 };
 
 // Item of this CTA in round r of the static schedule: items are numbered tile-major and tiles come heaviest first,
@@ -80,122 +73,33 @@ __device__ __forceinline__ int scheduled_item(int round) {
   return round * grid + ((round & 1) ? grid - 1 - b : b);
 }
 
-// This CTA's item of round `round` in the static schedule.
+// This CTA's item of round `round`. The consumers load items two rounds before they start them, so the tile_ptr
+// loads run under the current item instead of between two (each cost a consumer ~700 cycles per item).
 template <typename Cfg>
-__device__ __forceinline__ WorkItem static_item(const PackedTile& w, int round, int m_blocks, int splits) {
+__device__ __forceinline__ WorkItem work_item(const PackedTile& w, int round, int m_blocks, int splits) {
   WorkItem it{};
   const int item = scheduled_item(round);
-  it.role = item < w.num_tiles * m_blocks * splits ? WorkItem::kOwner : WorkItem::kSkip;
-  if (it.skip()) return it;
-  it.mb = item % m_blocks;
-  const int rest = item / m_blocks, split = rest % splits;
+  it.skip = item >= w.num_tiles * m_blocks * splits;
+  if (it.skip) return it;
+  const int mb = item % m_blocks, rest = item / m_blocks;
+  const int split = rest % splits;
   it.tile = rest / splits;
+  it.m0 = static_cast<int64_t>(mb) * Cfg::kBM;
   it.p0 = w.tile_ptr[it.tile];
   it.p_end = w.tile_ptr[it.tile + 1];
   const int ksteps = (it.p_end - it.p0 + Cfg::kBK - 1) / Cfg::kBK;
   const int per_split = (ksteps + splits - 1) / splits;
   it.s0 = split * per_split;
   it.s1 = min(ksteps, it.s0 + per_split);
-  if (splits > 1 && it.s0 >= it.s1) it.role = WorkItem::kSkip;
+  it.skip = splits > 1 && it.s0 >= it.s1;
   return it;
 }
 
-// Stream-K: the items (tile-major, no K split) laid end to end, an item of a tile with `kept` rows spanning
-// kItemCost + kept positions (the constant stands for the item's epilogue and fixed costs, and gives an empty
-// tile's item a position); CTA c takes positions [c * total / grid, (c + 1) * total / grid), so every CTA gets the
-// same work however the tiles' kept K differ and however many items there are. A range boundary inside an item
-// falls on the nearest K step: the CTA whose range holds the item's first position owns it (adds the others'
-// partial sums, then runs the epilogue); the CTAs after it that cover later steps store their partial sums in
-// their own slot and raise its flag. Only a CTA's first item can start before its range, so one slot per CTA.
-struct StreamK {
-  static constexpr int kItemCost = kStreamKItemCost;
-  static constexpr int kBK = 64;
-
-  // The K step at which position `offset` of an item with `ksteps` steps splits it.
-  __device__ __forceinline__ static int step(int offset, int ksteps) {
-    const int s = (offset - kItemCost + kBK / 2) / kBK;
-    return s < 0 ? 0 : (s > ksteps ? ksteps : s);
-  }
-  // First position of tile t's items, whose kept rows start at p0.
-  __device__ __forceinline__ static int64_t tile_start(int m_blocks, int t, int p0) {
-    return static_cast<int64_t>(m_blocks) * (p0 + static_cast<int64_t>(kItemCost) * t);
-  }
-  // First position and length of an item.
-  __device__ __forceinline__ static int64_t item_start(const WorkItem& it, int m_blocks) {
-    return tile_start(m_blocks, it.tile, it.p0) + static_cast<int64_t>(it.mb) * item_length(it);
-  }
-  __device__ __forceinline__ static int item_length(const WorkItem& it) { return it.p_end - it.p0 + kItemCost; }
-  // The tile whose items hold position `pos`, searched by the whole warp 32 probes at a time.
-  __device__ __forceinline__ static int locate_tile(const PackedTile& w, int m_blocks, int64_t pos) {
-    const int lane = threadIdx.x & 31;
-    int lo = 0, hi = w.num_tiles;  // the tile is in [lo, hi)
-    while (hi - lo > 1) {
-      const int span = hi - lo;
-      const int t = lo + span * lane / 32;  // lane 0 probes lo: at or before pos
-      const bool at_or_before = tile_start(m_blocks, t, w.tile_ptr[t]) <= pos;
-      const int last = 31 - __clz(__ballot_sync(0xffffffffu, at_or_before));
-      hi = last == 31 ? hi : lo + span * (last + 1) / 32;
-      lo += span * last / 32;
-    }
-    return lo;
-  }
-};
-
-// The items one CTA computes, in order: the static rounds, or its stream-K range. Each warp of the CTA walks its own
-// copy; the constructor needs the whole warp. The launch's m_blocks, splits and sk come with every call rather than
-// as members, which would hold registers the consumers' accumulators need; for the same reason each schedule is
-// compiled on its own (with both in one kernel, its static path spilled and ran up to twice as long).
-template <typename Cfg, bool kStreamK>
-class WorkList {
- public:
-  __device__ __forceinline__ WorkList(const PackedTile& w, int m_blocks, int splits, const StreamKShares& sk) {
-    if constexpr (kStreamK) {
-      const int64_t begin = sk.start(blockIdx.x);
-      if (begin >= sk.start(blockIdx.x + 1)) return;  // no positions: at_ = 0 = end
-      tile_ = StreamK::locate_tile(w, m_blocks, begin);
-      const int64_t first = StreamK::tile_start(m_blocks, tile_, w.tile_ptr[tile_]);
-      const int len = w.tile_ptr[tile_ + 1] - w.tile_ptr[tile_] + StreamK::kItemCost;
-      mb_ = static_cast<int>(begin - first) / len;  // less than m_blocks * len
-      at_ = first + static_cast<int64_t>(mb_) * len;
-    } else {
-      end_ = (w.num_tiles * m_blocks * splits + gridDim.x - 1) / gridDim.x;  // rounds: some end on skipped items
-    }
-  }
-
-  __device__ __forceinline__ WorkItem next(const PackedTile& w, int m_blocks, int splits, const StreamKShares& sk) {
-    WorkItem it{};
-    it.role = WorkItem::kDone;
-    if constexpr (kStreamK) {
-      // The range's bounds come from the launch's parameters at every call: registers are scarce here.
-      const int64_t begin = sk.start(blockIdx.x), end = sk.start(blockIdx.x + 1);
-      if (at_ >= end || begin >= end) return it;
-      it.tile = tile_;
-      it.mb = mb_;
-      it.p0 = w.tile_ptr[tile_];
-      it.p_end = w.tile_ptr[tile_ + 1];
-      const int len = StreamK::item_length(it), ksteps = (it.p_end - it.p0 + Cfg::kBK - 1) / Cfg::kBK;
-      const int lo = begin > at_ ? static_cast<int>(begin - at_) : 0;
-      const int hi = end - at_ < len ? static_cast<int>(end - at_) : len;
-      it.s0 = StreamK::step(lo, ksteps);
-      it.s1 = StreamK::step(hi, ksteps);
-      it.role = lo == 0 ? WorkItem::kOwner : (it.s0 < it.s1 ? WorkItem::kPartial : WorkItem::kSkip);
-      at_ += len;
-      if (++mb_ == m_blocks) {
-        mb_ = 0;
-        ++tile_;
-      }
-      return it;
-    } else {
-      if (at_ >= end_) return it;
-      return static_item<Cfg>(w, static_cast<int>(at_++), m_blocks, splits);
-    }
-  }
-
- private:
-  int64_t at_ = 0;  // stream-K: the first position of the next item; static schedule: the next round
-  int tile_ = 0, mb_ = 0;
-  int end_ = 0;  // static schedule: rounds
-};
+// Rounds of the static schedule: every CTA walks the same count, some of them ending on skipped items.
+__device__ __forceinline__ int schedule_rounds(const PackedTile& w, int m_blocks, int splits) {
+  const int grid = static_cast<int>(gridDim.x);
+  return (w.num_tiles * m_blocks * splits + grid - 1) / grid;
+}
 
 // How a producer thread covers one operand of a stage (64 K rows x Chunks 16-byte chunks): chunks c0 + 16 h of rows
 // r0 + j * kRowStep. The row step is a multiple of 8, so each copy's swizzled address is the first one's plus a
@@ -214,10 +118,9 @@ struct StageCover {
 // it then writes its CTA's share of the pruned columns. The values of a step are the rows p0 + 64 ks onwards of
 // the packed block: a step that ends a tile early also loads the next tile's first rows (or zeros past the end),
 // which meet the zero-filled rows of xT and add nothing.
-template <typename T, typename Cfg, bool kStreamK>
+template <typename T, typename Cfg>
 __device__ __forceinline__ void produce(const PackedTile& w, const Problem& p, const CUtensorMap& values_map,
-                                        int m_blocks, int splits, const StreamKShares& sk, uint32_t ring, uint32_t full,
-                                        uint32_t empty) {
+                                        int m_blocks, int splits, uint32_t ring, uint32_t full, uint32_t empty) {
   using A = StageCover<Cfg::kAChunks>;
   constexpr int BK = Cfg::kBK, BN = Cfg::kBN, kSlab = Cfg::kSlabBytes;
   const int tid = threadIdx.x, lane = tid & 31;
@@ -226,7 +129,7 @@ __device__ __forceinline__ void produce(const PackedTile& w, const Problem& p, c
   const T* x = static_cast<const T*>(p.x);
   const int64_t ldx = p.sxk;
   if (tid == 0) prefetch_tensormap(&values_map);
-  WorkList<Cfg, kStreamK> items(w, m_blocks, splits, sk);
+  const int rounds = schedule_rounds(w, m_blocks, splits);
   // Lane l holds kept-row indices l and l + 32 of a step, loaded one step ahead; the gather reads them by shuffle.
   // (Loading the next item's first indices during an item's last step, with that item loaded a round ahead, made
   // every stage of the gather slower: BERT FFN out at 75%, 1209 against 896 cycles per 32 KB stage.)
@@ -237,14 +140,15 @@ __device__ __forceinline__ void produce(const PackedTile& w, const Problem& p, c
   };
   int stage = 0;
   uint32_t phase = 0;
-  for (WorkItem it = items.next(w, m_blocks, splits, sk); !it.done(); it = items.next(w, m_blocks, splits, sk)) {
-    if (it.skip()) continue;
+  for (int round = 0; round < rounds; ++round) {
+    const WorkItem it = work_item<Cfg>(w, round, m_blocks, splits);
+    if (it.skip) continue;
     int rows_lo, rows_hi;
     fetch_rows(it, it.s0, rows_lo, rows_hi);
-    const T* a_src = x + it.row0(Cfg::kBM) + a_c0 * 8;  // this thread's M columns of any kept row
+    const T* a_src = x + it.m0 + a_c0 * 8;  // this thread's M columns of any kept row
     bool a_in_m[A::kHalves];
 #pragma unroll
-    for (int h = 0; h < A::kHalves; ++h) a_in_m[h] = it.row0(Cfg::kBM) + (a_c0 + 16 * h) * 8 < p.M;
+    for (int h = 0; h < A::kHalves; ++h) a_in_m[h] = it.m0 + (a_c0 + 16 * h) * 8 < p.M;
     for (int ks = it.s0; ks < it.s1; ++ks) {
       int next_lo, next_hi;
       fetch_rows(it, ks + 1, next_lo, next_hi);
@@ -327,7 +231,7 @@ __device__ __forceinline__ void consumer_epilogue(const PackedTile& w, const Pro
       Staged::template stage_columns<T, Cfg::kWarpgroup>(s_c, w, p, it.tile, wtid);
     }
     named_barrier_sync<Cfg::kWarpgroup>(bar_id);
-    const int64_t m0 = it.row0(Cfg::kBM) + ((Cfg::kCooperative ? cwg * MIWG : 0) + i) * 64;
+    const int64_t m0 = it.m0 + ((Cfg::kCooperative ? cwg * MIWG : 0) + i) * 64;
     if (splits > 1) {
       add_partial_tile<64, BN, Cfg::kWarpgroup>(s_c, w, p, m0, it.tile, feature_major_out, wtid);
     } else {
@@ -403,7 +307,7 @@ __device__ __forceinline__ bool direct_epilogue(const Problem& p, const WorkItem
   });
   fence_proxy_async();  // the bulk copies read the tile through the async proxy
   named_barrier_sync<Cfg::kWarpgroup>(bar_id);
-  const int64_t m0 = it.row0(Cfg::kBM) + (Cfg::kCooperative ? cwg * kRows : 0);
+  const int64_t m0 = it.m0 + (Cfg::kCooperative ? cwg * kRows : 0);
   const int64_t rows = p.M - m0 < kRows ? p.M - m0 : kRows;
   if constexpr (RowMajorY) {
     if (wtid < rows) {  // one tile row per thread: kRows is the warpgroup's 128 threads
@@ -424,78 +328,6 @@ __device__ __forceinline__ bool direct_epilogue(const Problem& p, const WorkItem
   return true;
 }
 
-// A consumer warpgroup's accumulators in its stream-K partial slot: half `half` of this CTA's slot (the rows of one
-// consumer warpgroup), laid out so that thread t's float4 v sits at [v * 128 + t], which keeps every access of the
-// warpgroup one contiguous 2 KB run.
-template <typename Cfg>
-__device__ __forceinline__ float4* partial_half(const Problem& p, int slot, int half) {
-  constexpr int kHalfFloats = Cfg::kWarpgroup * Cfg::kMIWG * Cfg::kBN / 2;
-  return reinterpret_cast<float4*>(p.partials + (static_cast<int64_t>(slot) * Cfg::kConsumersPerItem + half) *
-                                                    kHalfFloats) +
-         threadIdx.x % Cfg::kWarpgroup;
-}
-
-// Stores this warpgroup's partial sums into this CTA's slot (past L1: another SM reads them) and raises the half's
-// flag once the whole warpgroup has stored.
-template <typename Cfg>
-__device__ __forceinline__ void store_partial(const Problem& p, int half, int cwg,
-                                              float (&acc)[Cfg::kMIWG][Cfg::kBN / 2]) {
-  constexpr int NACC = Cfg::kBN / 2;
-  float4* dst = partial_half<Cfg>(p, blockIdx.x, half);
-#pragma unroll
-  for (int i = 0; i < Cfg::kMIWG; ++i)
-#pragma unroll
-    for (int e = 0; e < NACC; e += 4) {
-      __stcg(dst + (i * NACC + e) / 4 * Cfg::kWarpgroup,
-             make_float4(acc[i][e], acc[i][e + 1], acc[i][e + 2], acc[i][e + 3]));
-    }
-  named_barrier_sync<Cfg::kWarpgroup>(1 + cwg);
-  if (threadIdx.x % Cfg::kWarpgroup == 0) {
-    __threadfence();
-    st_release_gpu(p.partial_flags + 2 * blockIdx.x + half, 1);
-  }
-}
-
-// The owner of a stream-K item adds the partial sums of the CTAs after it that computed some of its K steps (their
-// ranges start inside the item), each once its flag is up; one thread waits and clears the flag for the next call.
-template <typename Cfg>
-__device__ __forceinline__ void add_partials(const PackedTile& w, const Problem& p, const WorkItem& it, int m_blocks, const StreamKShares& sk,
-                                             int half, int cwg, float (&acc)[Cfg::kMIWG][Cfg::kBN / 2]) {
-  constexpr int NACC = Cfg::kBN / 2;
-  // The tile's row range loaded again here rather than carried: the consumers hold three items beside their
-  // accumulators, and two more registers per item spilled.
-  WorkItem item = it;
-  item.p0 = w.tile_ptr[it.tile];
-  item.p_end = w.tile_ptr[it.tile + 1];
-  const int ksteps = (item.p_end - item.p0 + Cfg::kBK - 1) / Cfg::kBK;
-  const int64_t start = StreamK::item_start(item, m_blocks), end = start + StreamK::item_length(item);
-  for (int c = blockIdx.x + 1; c < static_cast<int>(gridDim.x); ++c) {
-    const int64_t lo = sk.start(c);
-    if (lo >= end) break;
-    const int64_t hi = min(sk.start(c + 1), end);
-    const int s0 = StreamK::step(static_cast<int>(lo - start), ksteps);
-    if (s0 >= StreamK::step(static_cast<int>(hi - start), ksteps)) continue;  // no steps there
-    if (threadIdx.x % Cfg::kWarpgroup == 0) {
-      int* flag = p.partial_flags + 2 * c + half;
-      while (ld_acquire_gpu(flag) == 0) {
-      }
-      *flag = 0;
-    }
-    named_barrier_sync<Cfg::kWarpgroup>(1 + cwg);
-    const float4* src = partial_half<Cfg>(p, c, half);
-#pragma unroll
-    for (int i = 0; i < Cfg::kMIWG; ++i)
-#pragma unroll
-      for (int e = 0; e < NACC; e += 4) {
-        const float4 v = __ldcg(src + (i * NACC + e) / 4 * Cfg::kWarpgroup);
-        acc[i][e] += v.x;
-        acc[i][e + 1] += v.y;
-        acc[i][e + 2] += v.z;
-        acc[i][e + 3] += v.w;
-      }
-  }
-}
-
 // Moves a ring position `steps` stages on; the parity flips at every wrap.
 template <int Stages>
 __device__ __forceinline__ void advance_ring(int& stage, uint32_t& phase, int steps) {
@@ -510,13 +342,14 @@ __device__ __forceinline__ void advance_ring(int& stage, uint32_t& phase, int st
 // turns through the order barriers (order + 8 * cwg is this warpgroup's): a parity wait tells
 // apart only two phases, so a warpgroup must not wait on a stage of its next item before the other one has waited
 // on every stage of the item between, or it could see a phase two laps old as complete.
-template <typename T, typename Cfg, bool kStreamK>
+template <typename T, typename Cfg>
 __device__ __forceinline__ void consume(const PackedTile& w, const Problem& p, int m_blocks, int splits,
-                                        const StreamKShares& sk, bool feature_major_out, int cwg, uint32_t ring,
-                                        uint32_t full, uint32_t empty, uint32_t order, unsigned char* stage_c) {
+                                        bool feature_major_out, int cwg, uint32_t ring, uint32_t full,
+                                        uint32_t empty, uint32_t order, unsigned char* stage_c) {
   constexpr int BK = Cfg::kBK, MIWG = Cfg::kMIWG, NACC = Cfg::kBN / 2;
   const bool release_lane = (threadIdx.x & 31) == 0;
   const int wtid = threadIdx.x % Cfg::kWarpgroup;
+  const int rounds = schedule_rounds(w, m_blocks, splits);
   // direct_epilogue needs whole outputs in registers (no split-K) and nothing else to add (no TEW residual); a
   // row-major y takes it where the item's tile owns G adjacent columns (checked per item).
   const bool finishes_in_registers = splits == 1 && w.res_ptr == nullptr;
@@ -534,15 +367,13 @@ __device__ __forceinline__ void consume(const PackedTile& w, const Problem& p, i
   PrunedColumnFill<T> fill(w, p,
                            static_cast<int64_t>(blockIdx.x) * kFillWarps + cwg * Cfg::kWarpsPerGroup + wtid / 32,
                            fills ? static_cast<int64_t>(gridDim.x) * kFillWarps : 0);
-  // Items are read two ahead (a ping-pong warpgroup's next own item is two on), so their tile_ptr loads run under
-  // the current item instead of between two (each cost a consumer ~700 cycles per item).
-  WorkList<Cfg, kStreamK> items(w, m_blocks, splits, sk);
-  WorkItem next = items.next(w, m_blocks, splits, sk), after = items.next(w, m_blocks, splits, sk);
-  while (!next.done()) {
+  // Items two rounds ahead: a ping-pong warpgroup's next own item is two rounds on.
+  WorkItem next = work_item<Cfg>(w, 0, m_blocks, splits), after = work_item<Cfg>(w, 1, m_blocks, splits);
+  for (int round = 0; round < rounds; ++round) {
     const WorkItem it = next;
     next = after;
-    after = items.next(w, m_blocks, splits, sk);
-    if (it.skip()) continue;
+    after = work_item<Cfg>(w, round + 2, m_blocks, splits);
+    if (it.skip) continue;
     if constexpr (!Cfg::kCooperative) {
       if ((turn++ & 1) != cwg) {
         advance_ring<Cfg::kStages>(stage, phase, it.s1 - it.s0);
@@ -589,14 +420,6 @@ __device__ __forceinline__ void consume(const PackedTile& w, const Problem& p, i
     wgmma_wait<0>();
     fence_accumulators(acc);
     if (held >= 0 && release_lane) mbarrier_arrive(empty + held * 8);
-    if constexpr (kStreamK) {
-      const int half = Cfg::kCooperative ? cwg : 0;
-      if (it.role == WorkItem::kPartial) {
-        store_partial<Cfg>(p, half, cwg, acc);
-        continue;
-      }
-      add_partials<Cfg>(w, p, it, m_blocks, sk, half, cwg, acc);
-    }
     if (direct) {
       direct_epilogue<T, Cfg, false>(p, it, cwg, acc, stage_c, col, col_bias);
     } else if (!(direct_rows && direct_epilogue<T, Cfg, true>(p, it, cwg, acc, stage_c, col, col_bias))) {
@@ -608,10 +431,10 @@ __device__ __forceinline__ void consume(const PackedTile& w, const Problem& p, i
 }
 #endif
 
-template <typename T, typename Cfg, bool kStreamK>
+template <typename T, typename Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     tw_wgmma_ws_kernel(PackedTile w, Problem p, const __grid_constant__ CUtensorMap values_map, int m_blocks,
-                       int splits, StreamKShares sk, bool feature_major_out) {
+                       int splits, bool feature_major_out) {
 #ifdef SPARSEPRUNE_WGMMA
   extern __shared__ unsigned char smem_raw[];
   // 128-byte swizzle atoms must sit on 1024-byte boundaries.
@@ -631,11 +454,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   __syncthreads();
   if (wg == 0) {
     setmaxnreg_dec<kProducerRegs>();
-    produce<T, Cfg, kStreamK>(w, p, values_map, m_blocks, splits, sk, ring, full, empty);
+    produce<T, Cfg>(w, p, values_map, m_blocks, splits, ring, full, empty);
   } else {
     setmaxnreg_inc<kConsumerRegs>();
     unsigned char* stage_c = smem + Cfg::kPipeBytes + (wg - 1) * Cfg::kEpiBytes;
-    consume<T, Cfg, kStreamK>(w, p, m_blocks, splits, sk, feature_major_out, wg - 1, ring, full, empty, order, stage_c);
+    consume<T, Cfg>(w, p, m_blocks, splits, feature_major_out, wg - 1, ring, full, empty, order, stage_c);
   }
 #else
   __trap();  // built without sm_90a: the host never selects this kernel (see wgmma_available)
@@ -680,11 +503,10 @@ const char* encode_values_map(const PackedTile& w, DType dtype, CUtensorMap* map
 }
 
 // One persistent CTA per SM: at most one per item, unless the kernel writes pruned columns, which every SM helps
-// with, or shares the work stream-K, which spreads it over every SM (and needs every CTA resident at once: the
-// owners of split items wait for CTAs after them).
-template <typename T, typename Cfg, bool kStreamK>
+// with.
+template <typename T, typename Cfg>
 const char* run_ws(const PackedTile& w, const Problem& p, int splits) {
-  constexpr auto kKernel = tw_wgmma_ws_kernel<T, Cfg, kStreamK>;
+  constexpr auto kKernel = tw_wgmma_ws_kernel<T, Cfg>;
   if (const char* err = allow_dynamic_smem<kKernel, Cfg::kSmemBytes>()) return err;
   CUtensorMap values_map{};  // left empty when every tile is empty: no item then has a K step to load
   if (w.value_rows > 0) {
@@ -695,20 +517,15 @@ const char* run_ws(const PackedTile& w, const Problem& p, int splits) {
   if (items > INT32_MAX) return "too many TW work items for one launch";
   const int sms = std::max(1, p.num_sms);
   const bool fill_everywhere = fills_pruned_columns(p, splits) && w.num_pruned > 0;
-  const int grid = fill_everywhere || kStreamK ? sms : static_cast<int>(std::min<int64_t>(items, sms));
-  const StreamKShares sk = kStreamK ? stream_k_shares(w, m_blocks, grid) : StreamKShares{};
-  kKernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, p.stream>>>(w, p, values_map, m_blocks, splits, sk,
-                                                              p.sym == 1);
+  const int grid = fill_everywhere ? sms : static_cast<int>(std::min<int64_t>(items, sms));
+  kKernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, p.stream>>>(w, p, values_map, m_blocks, splits, p.sym == 1);
   return check_launch();
 }
 
 template <typename T>
 const char* dispatch_ws(const PackedTile& w, const Problem& p, const Plan& plan) {
   return with_tile_config<Ws128x256, Ws128x128, Ws64x256, Ws64x128>(
-      w, plan, [&](auto cfg) {
-        using Cfg = decltype(cfg);
-        return plan.stream_k ? run_ws<T, Cfg, true>(w, p, plan.splits) : run_ws<T, Cfg, false>(w, p, plan.splits);
-      });
+      w, plan, [&](auto cfg) { return run_ws<T, decltype(cfg)>(w, p, plan.splits); });
 }
 }  // namespace
 

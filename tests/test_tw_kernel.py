@@ -185,48 +185,6 @@ def test_row_major_y_when_every_column_is_kept(granularity: int, adjacent: bool)
         assert err <= KERNEL_TOLERANCE[torch.float16], f"M={m} G={g} adjacent={adjacent}: rel err {err:.2e}"
 
 
-# Large-M cases (no split-K) for both schedules of the warp-specialized kernel: few tiles and a part-filled last round
-# (stream-K splits items between CTAs), many tiles and rounds, 256-row items, ragged M, kept K from 0 to 80%.
-SCHEDULE_SHAPES = [
-    (1024, 1032, 264),
-    (2056, 3080, 776),
-    (4096, 776, 2056),
-    (1096, 4104, 136),
-    (8192, 1544, 1032),
-]
-
-
-@pytest.mark.parametrize("schedule", ["static", "stream-k"])
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("granularity", [64, 128])
-def test_ws_schedules_match_fp32_reference(
-    schedule: str, dtype: torch.dtype, granularity: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Static rounds and stream-K, forced, on fresh inputs and in both layouts: under stream-K an item's owner adds
-    the partial sums of the CTAs that computed its later K steps, and a second call must give the same bits (each
-    call leaves the handover flags clear for the next)."""
-    _skip_unavailable("wgmma.ws", granularity)
-    monkeypatch.setenv("SPARSEPRUNE_TW_SCHEDULE", schedule)
-    activations = itertools.cycle([None, "relu", "gelu"])
-    for i, (m, k, n) in enumerate(SCHEDULE_SHAPES):
-        act = next(activations)
-        packed, x, bias, ref = _case(m, k, n, granularity, dtype, seed=300 + i, residual=i % 2 == 1, activation=act)
-        y = tw_matmul(x, packed, bias, act, kernel="wgmma.ws")
-        err = rel_err(y, ref)
-        assert err <= KERNEL_TOLERANCE[dtype], f"{schedule} M={m} K={k} N={n} G={granularity}: rel err {err:.2e}"
-        torch.testing.assert_close(tw_matmul(x, packed, bias, act, kernel="wgmma.ws"), y, rtol=0, atol=0)
-        yt = packed.matmul_feature_major(x.t().contiguous(), bias, act, kernel="wgmma.ws")
-        err_fm = rel_err(yt.t(), ref)
-        assert err_fm <= KERNEL_TOLERANCE[dtype], f"{schedule} feature-major M={m} K={k} N={n}: rel err {err_fm:.2e}"
-
-
-def test_bad_schedule_is_rejected(monkeypatch: pytest.MonkeyPatch) -> None:
-    packed, x, _, _ = _case(64, 128, 128, 32, torch.float16, seed=1, residual=False, activation=None)
-    monkeypatch.setenv("SPARSEPRUNE_TW_SCHEDULE", "round-robin")
-    with pytest.raises(RuntimeError, match="SPARSEPRUNE_TW_SCHEDULE must be auto, static or stream-k"):
-        packed.matmul(x)
-
-
 def test_hopper_kernels_agree_and_repeat() -> None:
     """The warp-specialized kernel matches the earlier wgmma one and mma.sync, and gives bit-identical results on
     repeated calls (no split-K here, so no atomics)."""
