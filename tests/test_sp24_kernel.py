@@ -93,16 +93,23 @@ def test_forced_route_explains_why_it_cannot_run() -> None:
         (17, 64, 2, 4, 1, "sp24"),
         (16, 64, 2, 4, 1, "sp24"),  # past one row the sparse tensor cores beat the SpMV
         (1, 64, 2, 4, 1, "simt"),  # a single row keeps the memory-bound SpMV
-        (16, 64, 2, 8, 1, "simt"),  # other patterns keep it up to 16 rows
-        (16, 64, 2, 8, 16, "simt"),  # V = 16 half-fills the TW tiles
-        (16, 64, 2, 8, 32, "tw"),  # wider vectors take the TW small-M kernels
+        (2, 64, 2, 8, 1, "simt"),  # sparser patterns keep the SpMV while rows x N/M <= 0.5
+        (3, 64, 2, 8, 1, "sp24"),  # then 2:8 is 2:4 by construction and takes the sparse tensor cores
+        (4, 64, 1, 8, 1, "simt"),
+        (5, 64, 1, 8, 1, "sp24"),
+        (16, 64, 2, 8, 1, "sp24"),
+        (16, 64, 2, 8, 16, "sp24"),  # V = 16 half-fills the TW tiles
+        (16, 64, 2, 8, 32, "tw"),  # wider vectors take the TW small-M kernels, which skip all the pruned K
         (1, 64, 2, 8, 128, "tw"),
         (1, 64, 2, 4, 128, "tw"),
         (16, 64, 2, 4, 128, "sp24"),
         (4096, 64, 2, 4, 128, "sp24"),  # vector-wise 2:4 is 2:4 too, and beats the TW repack
         (4096, 40, 2, 4, 1, "simt"),  # K = 40 is no multiple of 16
-        (4096, 64, 1, 4, 1, "simt"),  # 1:4 is not the hardware pattern
-        (4096, 64, 1, 4, 16, "tw"),
+        (4096, 64, 1, 4, 1, "sp24"),  # at most one of any 4 K rows kept: 2:4 too
+        (4096, 64, 1, 2, 1, "sp24"),  # 1:2 keeps two of any 4
+        (4096, 64, 3, 32, 1, "simt"),  # 3:32 may keep three of 4 adjacent rows
+        (4096, 64, 4, 16, 1, "simt"),
+        (4096, 64, 1, 4, 16, "tw"),  # the TW route skips all the pruned K, the 2:4 hardware only half
     ],
 )
 def test_auto_route_on_a_capable_device(
@@ -175,6 +182,31 @@ def test_each_tile_matches_fp32_reference(tile: str) -> None:
         y = weight.matmul(x, bias, act, tile=tile)
         err = rel_err(y, dense_reference(x, b.cuda(), bias, act, dtype=torch.float32))
         assert err <= KERNEL_TOLERANCE[dtype], f"{tile} M={rows} K={k} N={n} {act}: {err:.2e}"
+
+
+@requires_sp24
+@pytest.mark.parametrize(("kept", "m", "vector"), [(1, 4, 1), (2, 8, 1), (1, 8, 8), (2, 16, 1), (1, 2, 1), (2, 32, 8)])
+def test_sparser_patterns_match_fp32_reference(kept: int, m: int, vector: int) -> None:
+    """N <= 2 patterns on the 2:4 hardware: groups of 4 K rows holding 0, 1 or 2 kept entries, both dtypes,
+    forced and through auto, against the fp32 reference."""
+    activations = itertools.cycle([None, "relu", "gelu"])
+    for i, (rows, k, n) in enumerate(SHAPES):
+        if k % m:
+            continue
+        dtype = (torch.float16, torch.bfloat16)[i % 2]
+        packed, b = _packed(k, n, kept, m, vector, seed=20 + i, dtype=dtype)
+        packed = packed.to("cuda", dtype)
+        gen = torch.Generator(device="cuda").manual_seed(i)
+        x = torch.randn(rows, k, generator=gen, device="cuda").to(dtype)
+        bias = torch.randn(n, generator=gen, device="cuda").to(dtype)
+        act = next(activations)
+        ref = dense_reference(x, b.cuda(), bias, act, dtype=torch.float32)
+        for kernel in ("sp24", "auto"):
+            err = rel_err(nm_matmul(x, packed, bias, act, kernel=kernel), ref)
+            assert err <= KERNEL_TOLERANCE[dtype], f"{kept}:{m} V={vector} {kernel} M={rows} K={k} N={n}: {err:.2e}"
+    packed, _ = _packed(256, 128, kept, m, vector)
+    x = torch.empty(17, 256, device="cuda", dtype=torch.float16)
+    assert auto_route(x, packed.to("cuda", torch.float16)) == "sp24"
 
 
 @requires_sp24

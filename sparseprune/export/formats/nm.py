@@ -11,9 +11,12 @@ holds each kept value's position inside its group, shared by the `vector` column
   is repacked once into PackedTW (memoised per `values` tensor) and runs on the TW kernels; chosen for M > 16, and
   for V >= 32 at every M (at small M, after the sparse tensor cores for 2:4). V = 16 fills half of each 32-column TW
   tile, so it does up to twice the ideal MMA work.
-- "sp24": 2:4 (element- or vector-wise) on Hopper sparse tensor cores (sparseprune/export/formats/sp24.py); the
-  weight is compressed once by CUTLASS on the GPU (memoised per `values` tensor, like the TW repack) and chosen for
-  M > 1 (rows of x) on an sm_90 device when the extension holds the CUTLASS kernel; K must be a multiple of 16.
+- "sp24": Hopper sparse tensor cores (sparseprune/export/formats/sp24.py) for every packing that is 2:4 by
+  construction: N <= 2 keeps at most two entries in any four consecutive K rows, so 1:4, 1:8, 2:8, 2:16, ... run
+  there too, at 2:4's speed. The weight is compressed once by CUTLASS on the GPU (memoised per `values` tensor, like
+  the TW repack), on an sm_90 device when the extension holds the CUTLASS kernel; K must be a multiple of 16. Chosen
+  for 2:4 itself above one row of x, and for the sparser patterns, where the TW route cannot run (V < 16), once
+  rows x N/M passes SPMV_MAX_ROW_DENSITY: the SpMV's time grows with both, the sparse tensor cores' hardly.
 - "reference": one dense GEMM on the scattered weight; CPU, no extension, dtypes other than fp16/bf16, or a
   packing outside the kernels' range (M not a power of two in [2, 32], N = 0 or N = M, N columns not a multiple
   of 8).
@@ -42,6 +45,11 @@ KERNELS = ("auto", "simt", "tw", "sp24", "reference")
 KERNEL_MAX_M = 32  # largest group the kernels take; must match the binding's check in kernels_ext/bindings.cpp
 SMALL_M = 16  # rows of x up to which the SpMV runs; must match kSmallM in kernels_ext/nm_gemm.h
 TW_MIN_VECTOR = 16  # narrowest vector that goes to the tensor-core TW route
+SP24_MAX_KEPT = 2  # N:M with N up to this keeps at most 2 of any 4 consecutive K rows: the hardware's 2:4
+# Rows of x times N/M up to which the SpMV beats the sparse tensor cores on a sparser-than-2:4 pattern (H200, 4096 x
+# 11008: 2:8 and 1:4 at 2 rows 1.44x against 0.84x dense, at 3 rows 0.74x against 0.88x; 1:8 at 4 rows 0.86x
+# against 0.87x; bench/results/nm_h200_sparser_on_sp24.md).
+SPMV_MAX_ROW_DENSITY = 0.5
 
 # PackedTW twin of each vector-wise weight and CUTLASS-compressed form of each 2:4 weight, keyed weakly by its values
 # tensor: export modules rebuild PackedNM on every forward from the same buffers, and a repack per call is far too
@@ -218,8 +226,8 @@ def _packing_unsupported(packed: PackedNM, route: str) -> str | None:
         if k % 8:
             return f"the TW route needs K a multiple of 8, got {k}"
     if route == "sp24":
-        if (packed.kept, packed.m) != (2, 4):
-            return f"the 2:4 route needs a 2:4 packing, got {packed.kept}:{packed.m}"
+        if packed.kept > SP24_MAX_KEPT:
+            return f"the 2:4 route needs N <= {SP24_MAX_KEPT} (at most 2 of any 4 K rows), got {packed.kept}:{packed.m}"
         return sp24.shape_unsupported(*packed.shape)
     return None
 
@@ -233,11 +241,15 @@ def auto_route(x: torch.Tensor, packed: PackedNM) -> str:
     # against 0.09x at M = 16; bench/results/sp24_h100.md).
     # A vector-wise weight that fills whole TW tiles (V >= 32) runs the TW small-M kernels near the weight-bytes
     # bound, while the SpMV re-reads each shared index list per column (bench/results/nm_vw_decode_h100.md).
+    # A sparser pattern (1:4, 2:8, ...) runs on the sparse tensor cores at 2:4's speed only: the TW route, which
+    # skips all its pruned K, comes first wherever it can run, and the SpMV keeps the rows it is fastest for.
+    rows = x.shape[0]
     tw_small = ("tw",) if packed.vector >= 32 else ()
-    if x.shape[0] > SMALL_M:
-        routes: tuple[str, ...] = ("sp24", "tw")
+    tw_route = ("tw",) if rows > SMALL_M else tw_small
+    if (packed.kept, packed.m) == (2, 4):
+        routes: tuple[str, ...] = ("sp24", *tw_route) if rows > 1 else tw_route
     else:
-        routes = ("sp24", *tw_small) if x.shape[0] > 1 else tw_small
+        routes = (*tw_route, "sp24") if rows * packed.kept / packed.m > SPMV_MAX_ROW_DENSITY else tw_route
     return next((route for route in routes if route_unavailable(x, packed, route) is None), "simt")
 
 
