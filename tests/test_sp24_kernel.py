@@ -17,7 +17,14 @@ from sparseprune.errors import UserError
 from sparseprune.export.formats import nm, sp24
 from sparseprune.export.formats.extension import load_kernels
 from sparseprune.export.formats.nm import PackedNM, auto_route, nm_matmul, pack_nm, sp24_view
-from sparseprune.export.formats.sp24 import FORCED_TILES, CompressedSP24, check_24, compress_24, shape_unsupported
+from sparseprune.export.formats.sp24 import (
+    FORCED_TILES,
+    CompressedSP24,
+    check_24,
+    compress_24,
+    shape_unsupported,
+    split_24,
+)
 
 
 def _sp24_missing() -> str | None:
@@ -58,6 +65,39 @@ def test_check_24_accepts_two_per_group_and_names_the_first_bad_group() -> None:
         check_24(b)
     with pytest.raises(UserError, match="multiple of 4"):
         check_24(torch.ones(6, 2))
+
+
+def test_split_24_keeps_the_first_two_non_zeros_of_each_group() -> None:
+    b = torch.tensor(
+        [
+            [1.0, 0.0, 5.0],
+            [2.0, 0.0, 0.0],
+            [3.0, 7.0, 6.0],
+            [4.0, 0.0, 0.0],
+            [0.0, 8.0, 9.0],
+            [0.0, 0.0, 10.0],
+            [0.0, 0.0, 11.0],
+            [0.0, 0.0, 0.0],
+        ]
+    )
+    main, rest = split_24(b)
+    expected_main = torch.tensor(
+        [
+            [1.0, 0.0, 5.0],
+            [2.0, 0.0, 0.0],
+            [0.0, 7.0, 6.0],
+            [0.0, 0.0, 0.0],
+            [0.0, 8.0, 9.0],
+            [0.0, 0.0, 10.0],
+            [0.0, 0.0, 0.0],
+            [0.0, 0.0, 0.0],
+        ]
+    )
+    assert torch.equal(main, expected_main)
+    assert torch.equal(rest, b - expected_main)
+    check_24(main)
+    with pytest.raises(UserError, match="multiple of 4"):
+        split_24(torch.ones(6, 2))
 
 
 def test_shape_limits() -> None:
@@ -107,8 +147,10 @@ def test_forced_route_explains_why_it_cannot_run() -> None:
         (4096, 40, 2, 4, 1, "simt"),  # K = 40 is no multiple of 16
         (4096, 64, 1, 4, 1, "sp24"),  # at most one of any 4 K rows kept: 2:4 too
         (4096, 64, 1, 2, 1, "sp24"),  # 1:2 keeps two of any 4
-        (4096, 64, 3, 32, 1, "simt"),  # 3:32 may keep three of 4 adjacent rows
-        (4096, 64, 4, 16, 1, "simt"),
+        (4096, 64, 3, 32, 1, "sp24"),  # 3:32 may keep three of 4 adjacent rows: 2:4 plus a gathered remainder
+        (4096, 64, 4, 16, 1, "simt"),  # 4:16 would move too many entries to the remainder
+        (16, 64, 3, 32, 1, "simt"),  # against the SpMV the remainder does not pay
+        (4096, 64, 4, 16, 16, "tw"),
         (4096, 64, 1, 4, 16, "tw"),  # the TW route skips all the pruned K, the 2:4 hardware only half
     ],
 )
@@ -123,7 +165,7 @@ def test_auto_route_on_a_capable_device(
 
 def test_compressed_form_is_memoised_per_values_tensor(monkeypatch: pytest.MonkeyPatch) -> None:
     calls = []
-    monkeypatch.setattr(nm, "compress_24", lambda b: calls.append(b) or object())
+    monkeypatch.setattr(nm, "compress_split_24", lambda b: calls.append(b) or object())
     packed, _ = _packed(64, 32)
     view = sp24_view(packed)
     assert sp24_view(packed) is view and len(calls) == 1
@@ -185,10 +227,13 @@ def test_each_tile_matches_fp32_reference(tile: str) -> None:
 
 
 @requires_sp24
-@pytest.mark.parametrize(("kept", "m", "vector"), [(1, 4, 1), (2, 8, 1), (1, 8, 8), (2, 16, 1), (1, 2, 1), (2, 32, 8)])
-def test_sparser_patterns_match_fp32_reference(kept: int, m: int, vector: int) -> None:
-    """N <= 2 patterns on the 2:4 hardware: groups of 4 K rows holding 0, 1 or 2 kept entries, both dtypes,
-    forced and through auto, against the fp32 reference."""
+@pytest.mark.parametrize(
+    ("kept", "m", "vector"),
+    [(1, 4, 1), (2, 8, 1), (1, 8, 8), (2, 16, 1), (1, 2, 1), (2, 32, 8), (3, 32, 1), (4, 32, 8)],
+)
+def test_other_patterns_match_fp32_reference(kept: int, m: int, vector: int) -> None:
+    """Other N:M patterns on the 2:4 hardware: N <= 2 (groups of 4 K rows holding 0, 1 or 2 kept entries) as they
+    are, N >= 3 with the gathered remainder beside them; both dtypes, forced and through auto, against fp32."""
     activations = itertools.cycle([None, "relu", "gelu"])
     for i, (rows, k, n) in enumerate(SHAPES):
         if k % m:

@@ -9,10 +9,12 @@ construction. The kernel writes y = act(x B + bias) row-major (M x N) with bias 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
 from sparseprune.errors import UserError
+from sparseprune.export.formats.base import apply_epilogue
 from sparseprune.export.formats.extension import load_kernels
 from sparseprune.export.formats.tw import ACTIVATIONS, KERNEL_DTYPES
 
@@ -99,6 +101,50 @@ def compress_24(b_kn: torch.Tensor) -> CompressedSP24:
     check_24(b_kn)
     values, meta = load_kernels().sp24_compress(b_kn.t().contiguous())
     return CompressedSP24(values, meta, tuple(b_kn.shape))
+
+
+@dataclass(frozen=True)
+class SplitSP24:
+    """B = main + rest for a B that is 2:4 but for some entries (N:M with N >= 3): main on the sparse tensor cores,
+    rest (the third and later non-zeros of a group of 4 K entries, few: 3:32 moves under 1% of its groups) as
+    (K row, N column, value) triples added by gather and index_add, in fp32 before the epilogue. cuSPARSE's CSR SpMM
+    took 130-470 us for a few hundred such entries at M = 4096 (H200)."""
+
+    main: CompressedSP24
+    rest_rows: torch.Tensor  # int64 [entries]
+    rest_cols: torch.Tensor  # int64 [entries]
+    rest_values: torch.Tensor  # fp32 [entries]
+
+    CHUNK: ClassVar[int] = 2048  # entries gathered at a time: M x CHUNK fp32 of x's columns
+
+    def matmul(
+        self, x: torch.Tensor, bias: torch.Tensor | None = None, activation: str | None = None, tile: str = "auto"
+    ) -> torch.Tensor:
+        y = self.main.matmul(x, tile=tile).float()
+        for start in range(0, self.rest_values.numel(), self.CHUNK):
+            part = slice(start, start + self.CHUNK)
+            y.index_add_(1, self.rest_cols[part], x[:, self.rest_rows[part]].float() * self.rest_values[part])
+        return apply_epilogue(y, None if bias is None else bias.float(), activation).to(x.dtype)
+
+
+def split_24(b_kn: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """B as main + rest with main 2:4 along K: in every group of 4 consecutive K entries of a column the first two
+    non-zeros stay in main, any later ones move to rest."""
+    k, n = b_kn.shape
+    if k % 4:
+        raise UserError(f"a 2:4 split needs K a multiple of 4, got K = {k}")
+    nonzero = (b_kn != 0).reshape(k // 4, 4, n)
+    first_two = (nonzero & (nonzero.cumsum(1) <= 2)).reshape(k, n)
+    main = torch.where(first_two, b_kn, torch.zeros_like(b_kn))
+    return main, b_kn - main
+
+
+def compress_split_24(b_kn: torch.Tensor) -> CompressedSP24 | SplitSP24:
+    """compress_24 for any B: a 2:4 B as it is, else its 2:4 part with the rest beside it (see split_24)."""
+    main, rest = split_24(b_kn)
+    compressed = compress_24(main)
+    rows, cols = rest.nonzero(as_tuple=True)
+    return SplitSP24(compressed, rows, cols, rest[rows, cols].float()) if rows.numel() else compressed
 
 
 def _aligned(t: torch.Tensor) -> torch.Tensor:
