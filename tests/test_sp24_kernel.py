@@ -81,20 +81,12 @@ def test_split_24_keeps_the_first_two_non_zeros_of_each_group() -> None:
         ]
     )
     main, rest = split_24(b)
-    expected_main = torch.tensor(
-        [
-            [1.0, 0.0, 5.0],
-            [2.0, 0.0, 0.0],
-            [0.0, 7.0, 6.0],
-            [0.0, 0.0, 0.0],
-            [0.0, 8.0, 9.0],
-            [0.0, 0.0, 10.0],
-            [0.0, 0.0, 0.0],
-            [0.0, 0.0, 0.0],
-        ]
-    )
+    expected_rest = torch.zeros_like(b)
+    expected_rest[[2, 3], 0] = torch.tensor([3.0, 4.0])  # the third and fourth non-zeros of column 0's first group
+    expected_rest[6, 2] = 11.0  # the third of column 2's second group
+    expected_main = b - expected_rest
     assert torch.equal(main, expected_main)
-    assert torch.equal(rest, b - expected_main)
+    assert torch.equal(rest, expected_rest)
     check_24(main)
     with pytest.raises(UserError, match="multiple of 4"):
         split_24(torch.ones(6, 2))

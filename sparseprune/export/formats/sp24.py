@@ -77,12 +77,18 @@ def device_unavailable(x: torch.Tensor) -> str | None:
     return None
 
 
-def check_24(b_kn: torch.Tensor) -> None:
-    """Raise UserError unless every group of 4 consecutive K entries of each column of B holds at most 2 non-zeros."""
+def _nonzero_groups(b_kn: torch.Tensor) -> torch.Tensor:
+    """Which entries of B (K x N) are non-zero, as (K/4, 4, N): the groups of 4 consecutive K entries 2:4 speaks of."""
     k, n = b_kn.shape
     if k % 4:
         raise UserError(f"a 2:4 matrix needs K a multiple of 4, got K = {k}")
-    per_group = (b_kn != 0).reshape(k // 4, 4, n).sum(1)
+    return (b_kn != 0).reshape(k // 4, 4, n)
+
+
+def check_24(b_kn: torch.Tensor) -> None:
+    """Raise UserError unless every group of 4 consecutive K entries of each column of B holds at most 2 non-zeros."""
+    n = b_kn.shape[1]
+    per_group = _nonzero_groups(b_kn).sum(1)
     if per_group.numel() and int(per_group.max()) > 2:
         group, col = divmod(int(per_group.argmax()), n)
         raise UserError(
@@ -130,11 +136,8 @@ class SplitSP24:
 def split_24(b_kn: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """B as main + rest with main 2:4 along K: in every group of 4 consecutive K entries of a column the first two
     non-zeros stay in main, any later ones move to rest."""
-    k, n = b_kn.shape
-    if k % 4:
-        raise UserError(f"a 2:4 split needs K a multiple of 4, got K = {k}")
-    nonzero = (b_kn != 0).reshape(k // 4, 4, n)
-    first_two = (nonzero & (nonzero.cumsum(1) <= 2)).reshape(k, n)
+    nonzero = _nonzero_groups(b_kn)
+    first_two = (nonzero & (nonzero.cumsum(1) <= 2)).reshape(b_kn.shape)
     main = torch.where(first_two, b_kn, torch.zeros_like(b_kn))
     return main, b_kn - main
 
