@@ -73,11 +73,11 @@ def _extensions() -> tuple[list, dict]:
     cutlass = _cutlass_includes()
     if cutlass:
         log.info("building the 2:4 sparse GEMM with CUTLASS from %s", cutlass[0])
-        sources += [
-            "kernels_ext/sp24_gemm.cu",
-            "kernels_ext/sp24_gemm_wide.cu",
-            "kernels_ext/sp24_gemm_tall.cu",
-            "kernels_ext/sp24_gemm_pingpong.cu",
+        # One file per GEMM kernel (CTA tile, with or without a source), so they compile in parallel.
+        sources += ["kernels_ext/sp24_gemm.cu"] + [
+            f"kernels_ext/sp24_gemm_{tile}{source}.cu"
+            for tile in ("wide", "tall", "pingpong")
+            for source in ("", "_source")
         ]
         include_dirs += cutlass
         cxx_flags.append("-DSPARSEPRUNE_SP24")

@@ -310,10 +310,11 @@ std::tuple<at::Tensor, at::Tensor> sp24_compress(const at::Tensor& w) {
   return {values, meta};
 }
 
-// y = act(x @ W^T + bias) on Hopper sparse tensor cores, W compressed by sp24_compress: x (M, K) row-major, y (M, N).
+// y = act(x @ W^T + source + bias) on Hopper sparse tensor cores, W compressed by sp24_compress: x (M, K) row-major,
+// y and the optional source (M, N) row-major.
 at::Tensor sp24_matmul(const at::Tensor& x, const at::Tensor& values, const at::Tensor& meta,
-                       const std::optional<at::Tensor>& bias, int64_t K, int64_t N, int64_t activation,
-                       int64_t tile) {
+                       const std::optional<at::Tensor>& bias, int64_t K, int64_t N, int64_t activation, int64_t tile,
+                       const std::optional<at::Tensor>& source) {
   check_activations(x);
   const at::Device device = x.device();
   const auto dtype = x.scalar_type();
@@ -338,6 +339,13 @@ at::Tensor sp24_matmul(const at::Tensor& x, const at::Tensor& values, const at::
   TORCH_CHECK(aligned16(meta.data_ptr()), "meta must be 16-byte aligned");
   check_bias(bias, x, N);
   TORCH_CHECK(!bias.has_value() || aligned16(bias->data_ptr()), "bias must be 16-byte aligned");
+  if (source.has_value()) {
+    check_cuda_tensor(*source, "source", device);
+    TORCH_CHECK(source->scalar_type() == dtype, "source is ", source->scalar_type(), " but x is ", dtype);
+    TORCH_CHECK(source->dim() == 2 && source->size(0) == M && source->size(1) == N, "source must be (M, N) = (",
+                num(M), ", ", num(N), "), got ", shape(source->sizes()));
+    TORCH_CHECK(aligned16(source->data_ptr()), "source must be 16-byte aligned");
+  }
 
   const c10::cuda::CUDAGuard guard(device);
   at::Tensor y = at::empty({M, N}, x.options());
@@ -350,6 +358,7 @@ at::Tensor sp24_matmul(const at::Tensor& x, const at::Tensor& values, const at::
   p.x = x.data_ptr();
   p.M = M;
   p.bias = bias.has_value() ? bias->data_ptr() : nullptr;
+  p.source = source.has_value() ? source->data_ptr() : nullptr;
   p.y = y.data_ptr();
   p.activation = static_cast<sp24::Activation>(activation);
   p.dtype = dtype == at::kHalf ? sp24::DType::kHalf : sp24::DType::kBFloat16;
@@ -386,8 +395,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("sp24_available", &sp24::available, "True when the 2:4 kernels hold sm_90a code that this device runs");
   m.def("sp24_compress", &sp24_compress, "Compresses a 2:4 weight W (N x K) into values and CUTLASS metadata",
         pybind11::arg("w"));
-  m.def("sp24_matmul", &sp24_matmul, "2:4 GEMM on Hopper sparse tensor cores: act(x @ W^T + bias)", pybind11::arg("x"),
-        pybind11::arg("values"), pybind11::arg("meta"), pybind11::arg("bias"), pybind11::arg("K"), pybind11::arg("N"),
-        pybind11::arg("activation"), pybind11::arg("tile") = 0);
+  m.def("sp24_matmul", &sp24_matmul, "2:4 GEMM on Hopper sparse tensor cores: act(x @ W^T + source + bias)",
+        pybind11::arg("x"), pybind11::arg("values"), pybind11::arg("meta"), pybind11::arg("bias"), pybind11::arg("K"),
+        pybind11::arg("N"), pybind11::arg("activation"), pybind11::arg("tile") = 0,
+        pybind11::arg("source") = pybind11::none());
 #endif
 }

@@ -1,6 +1,6 @@
 // 2:4 sparse GEMM on Hopper sparse tensor cores: the CTA tile choice, CUTLASS's 2:4 compressor for the weight and
-// the size queries. The GEMM kernels themselves live one tile per file (sp24_gemm_wide.cu, sp24_gemm_tall.cu,
-// sp24_gemm_pingpong.cu).
+// the size queries. The GEMM kernels themselves live one per file (sp24_gemm_<tile>.cu, and sp24_gemm_<tile>_source.cu
+// for the kernels that add a source).
 #include "sp24_gemm.h"
 
 #include <algorithm>
@@ -17,7 +17,7 @@ namespace {
 // Every tile keeps K = 128, so the wide tile's sparse layout describes the compressed weight for all of them.
 template <class Element>
 struct Compression {
-  using SparseConfig = typename Sp24Kernel<Element, WideTile>::SparseConfig;
+  using SparseConfig = typename Sp24Kernel<Element, WideTile, false>::SparseConfig;
   using StrideW = cutlass::gemm::TagToStrideA_t<cutlass::layout::RowMajor>;
   using Compressor = cutlass::transform::device::TransformUniversalAdapter<
       cutlass::transform::kernel::StructuredSparseCompressor<ProblemShape, Element, cutlass::layout::RowMajor,
@@ -26,11 +26,12 @@ struct Compression {
                                                                                 cutlass::layout::RowMajor, SparseConfig>;
 };
 
-template <class Tile>
-constexpr bool kSharesLayout = std::is_same_v<typename Sp24Kernel<cutlass::half_t, WideTile>::SparseConfig,
-                                              typename Sp24Kernel<cutlass::half_t, Tile>::SparseConfig>;
-static_assert(kSharesLayout<TallTile> && kSharesLayout<PingpongTile>,
-              "every tile must read the one compressed layout");
+template <class Tile, bool kAddsSource>
+constexpr bool kSharesLayout = std::is_same_v<typename Sp24Kernel<cutlass::half_t, WideTile, false>::SparseConfig,
+                                              typename Sp24Kernel<cutlass::half_t, Tile, kAddsSource>::SparseConfig>;
+static_assert(kSharesLayout<TallTile, false> && kSharesLayout<PingpongTile, false> && kSharesLayout<WideTile, true> &&
+                  kSharesLayout<TallTile, true> && kSharesLayout<PingpongTile, true>,
+              "every kernel must read the one compressed layout");
 
 ProblemShape weight_shape(int64_t N, int64_t K) {
   return {static_cast<int>(N), 1, static_cast<int>(K), 1};
@@ -62,23 +63,29 @@ const char* run_compress(const void* w, int64_t N, int64_t K, void* values, void
   return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
 }
 
-// One tile's entry points, defined in its own source file.
-struct TileEntries {
+// One kernel's entry points, defined in its own source file.
+struct KernelEntries {
   const char* (*run)(const Problem&);
   int64_t (*workspace_bytes)(const Problem&);
   int (*binary_version)();
 };
 
-// Indexed by Tile, so the forced tiles and auto's choice all dispatch through the one table.
-constexpr TileEntries kTileEntries[] = {
-    {nullptr, nullptr, nullptr},  // kAuto: resolved to a tile before any lookup
-    {run_wide_tile, wide_tile_workspace_bytes, wide_tile_binary_version},
-    {run_tall_tile, tall_tile_workspace_bytes, tall_tile_binary_version},
-    {run_pingpong_tile, pingpong_tile_workspace_bytes, pingpong_tile_binary_version},
+#define SPARSEPRUNE_SP24_ENTRIES(NAME) {run_##NAME, NAME##_workspace_bytes, NAME##_binary_version}
+// Indexed by [adds a source][Tile], so the forced tiles and auto's choice all dispatch through the one table; kAuto
+// is resolved to a tile before any lookup.
+constexpr KernelEntries kKernelEntries[2][4] = {
+    {{}, SPARSEPRUNE_SP24_ENTRIES(wide), SPARSEPRUNE_SP24_ENTRIES(tall), SPARSEPRUNE_SP24_ENTRIES(pingpong)},
+    {{},
+     SPARSEPRUNE_SP24_ENTRIES(wide_source),
+     SPARSEPRUNE_SP24_ENTRIES(tall_source),
+     SPARSEPRUNE_SP24_ENTRIES(pingpong_source)},
 };
-static_assert(std::size(kTileEntries) == static_cast<size_t>(Tile::kPingpong) + 1, "one entry per Tile");
+#undef SPARSEPRUNE_SP24_ENTRIES
+static_assert(std::size(kKernelEntries[0]) == static_cast<size_t>(Tile::kPingpong) + 1, "one entry per Tile");
 
-const TileEntries& entries(const Problem& p) { return kTileEntries[static_cast<int>(resolve_tile(p))]; }
+const KernelEntries& entries(const Problem& p) {
+  return kKernelEntries[p.source != nullptr][static_cast<int>(resolve_tile(p))];
+}
 
 }  // namespace
 
@@ -102,8 +109,10 @@ CompressedSizes compressed_sizes(int64_t N, int64_t K) {
 
 bool available() {
   // Per process: one GPU architecture assumed, as for the TW wgmma kernels.
-  static const bool ok = std::all_of(std::begin(kTileEntries) + 1, std::end(kTileEntries),
-                                     [](const TileEntries& tile) { return tile.binary_version() == 90; });
+  static const bool ok = std::all_of(std::begin(kKernelEntries), std::end(kKernelEntries), [](const auto& row) {
+    return std::all_of(std::begin(row) + 1, std::end(row),
+                       [](const KernelEntries& kernel) { return kernel.binary_version() == 90; });
+  });
   return ok;
 }
 

@@ -43,7 +43,7 @@ bool available();
 const char* launch_compress(const void* w, int64_t N, int64_t K, DType dtype, void* values, void* meta, int num_sms,
                             cudaStream_t stream);
 
-// One call: y = act(x @ W^T + bias), x (M x K) and y (M x N) contiguous row-major.
+// One call: y = act(x @ W^T + source + bias), x (M x K), y and source (M x N) contiguous row-major.
 struct Problem {
   const void* values;  // compressed W
   const void* meta;
@@ -51,7 +51,8 @@ struct Problem {
   int64_t K;
   const void* x;
   int64_t M;
-  const void* bias;  // [N] or nullptr
+  const void* bias;    // [N] or nullptr
+  const void* source;  // M x N partial result of another pass to add, or nullptr
   void* y;
   Activation activation;
   DType dtype;

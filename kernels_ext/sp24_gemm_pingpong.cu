@@ -4,6 +4,6 @@
 
 namespace sparseprune {
 namespace sp24 {
-SPARSEPRUNE_SP24_TILE(pingpong, PingpongTile)
+SPARSEPRUNE_SP24_KERNEL(pingpong, PingpongTile, false)
 }  // namespace sp24
 }  // namespace sparseprune

@@ -3,6 +3,6 @@
 
 namespace sparseprune {
 namespace sp24 {
-SPARSEPRUNE_SP24_TILE(tall, TallTile)
+SPARSEPRUNE_SP24_KERNEL(tall, TallTile, false)
 }  // namespace sp24
 }  // namespace sparseprune

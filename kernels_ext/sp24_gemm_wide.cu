@@ -3,6 +3,6 @@
 
 namespace sparseprune {
 namespace sp24 {
-SPARSEPRUNE_SP24_TILE(wide, WideTile)
+SPARSEPRUNE_SP24_KERNEL(wide, WideTile, false)
 }  // namespace sp24
 }  // namespace sparseprune

@@ -1,8 +1,12 @@
-// The CUTLASS 3.x sm90 2:4 GEMM as a template over its CTA tile, shared by the one-tile-per-file sources
-// (sp24_gemm_wide.cu, sp24_gemm_tall.cu) so each instantiation compiles in its own translation unit, in parallel.
+// The CUTLASS 3.x sm90 2:4 GEMM as a template over its CTA tile and whether it adds a source, shared by the
+// one-kernel-per-file sources (sp24_gemm_<tile>[_source].cu) so each instantiation compiles in its own translation
+// unit, in parallel.
 //
-// One kernel per (dtype, tile): the bias is always wired in (a null pointer reads as zero) and the activation is
-// chosen per call in the epilogue, instead of one template instantiation per (bias, activation).
+// One kernel per (dtype, tile, source): the bias is always wired in (a null pointer reads as zero) and the activation
+// is chosen per call in the epilogue, instead of one template instantiation per (bias, activation). The source
+// kernels add a partial y from another pass (a weight split into two 2:4 matrices) in the epilogue; they are separate
+// instantiations because an epilogue that can read C gives up the delayed TMA store and shared memory for C stages,
+// which the plain kernels keep.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -78,16 +82,17 @@ struct PingpongTile {  // short K: 128 features by 128 rows of x per warpgroup
   using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecialized;
 };
 
-template <class Element, class Tile>
+template <class Element, class Tile, bool kAddsSource>
 struct Sp24Kernel {
   using TileShape = typename Tile::Cta;
+  using ElementSource = std::conditional_t<kAddsSource, Element, void>;
   using ClusterShape = cute::Shape<cute::_2, cute::_1, cute::_1>;
   static constexpr int kAlign = 128 / cutlass::sizeof_bits<Element>::value;
 
   using Fusion = cutlass::epilogue::fusion::LinCombPerRowBiasEltAct<SelectedActivation, Element, float, Element>;
   using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassSparseTensorOp, TileShape, ClusterShape,
-      cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, cutlass::layout::ColumnMajor, kAlign,
+      cutlass::epilogue::collective::EpilogueTileAuto, float, float, ElementSource, cutlass::layout::ColumnMajor, kAlign,
       Element, cutlass::layout::ColumnMajor, kAlign, typename Tile::EpilogueSchedule, Fusion>::CollectiveOp;
   using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassSparseTensorOp, Element, cutlass::layout::RowMajor, kAlign, Element,
@@ -99,9 +104,9 @@ struct Sp24Kernel {
   using SparseConfig = typename Mainloop::SparseConfig;
 };
 
-template <class Element, class Tile>
-typename Sp24Kernel<Element, Tile>::Gemm::Arguments gemm_arguments(const Problem& p) {
-  using Cfg = Sp24Kernel<Element, Tile>;
+template <class Element, class Tile, bool kAddsSource>
+typename Sp24Kernel<Element, Tile, kAddsSource>::Gemm::Arguments gemm_arguments(const Problem& p) {
+  using Cfg = Sp24Kernel<Element, Tile, kAddsSource>;
   using Gemm = typename Cfg::Gemm;
   const int n = static_cast<int>(p.N), m = static_cast<int>(p.M), k = static_cast<int>(p.K);
   const ProblemShape shape{n, m, k, 1};
@@ -115,8 +120,10 @@ typename Sp24Kernel<Element, Tile>::Gemm::Arguments gemm_arguments(const Problem
       shape,
       {static_cast<const Element*>(p.values), Cfg::SparseConfig::fill_layoutA(shape), static_cast<const Element*>(p.x),
        stride_x, static_cast<const typename Cfg::Mainloop::ElementE*>(p.meta), Cfg::SparseConfig::fill_layoutE(shape)},
-      {{}, nullptr, stride_y, static_cast<Element*>(p.y), stride_y},
+      {{}, static_cast<const typename Cfg::ElementSource*>(p.source), stride_y, static_cast<Element*>(p.y), stride_y},
   };
+  // D = act(acc + beta * source + bias): the source has y's shape and layout.
+  args.epilogue.thread.beta = kAddsSource ? 1.0f : 0.0f;
   args.epilogue.thread.bias_ptr = static_cast<const Element*>(p.bias);
   args.epilogue.thread.activation.code = static_cast<int>(p.activation);
   args.hw_info.device_id = p.device;
@@ -127,15 +134,16 @@ typename Sp24Kernel<Element, Tile>::Gemm::Arguments gemm_arguments(const Problem
   return args;
 }
 
-template <class Element, class Tile>
+template <class Element, class Tile, bool kAddsSource>
 int64_t gemm_workspace_bytes(const Problem& p) {
-  return static_cast<int64_t>(Sp24Kernel<Element, Tile>::Gemm::get_workspace_size(gemm_arguments<Element, Tile>(p)));
+  return static_cast<int64_t>(Sp24Kernel<Element, Tile, kAddsSource>::Gemm::get_workspace_size(
+      gemm_arguments<Element, Tile, kAddsSource>(p)));
 }
 
-template <class Element, class Tile>
+template <class Element, class Tile, bool kAddsSource>
 const char* run_gemm(const Problem& p) {
-  using Gemm = typename Sp24Kernel<Element, Tile>::Gemm;
-  const auto args = gemm_arguments<Element, Tile>(p);
+  using Gemm = typename Sp24Kernel<Element, Tile, kAddsSource>::Gemm;
+  const auto args = gemm_arguments<Element, Tile, kAddsSource>(p);
   Gemm gemm;
   cutlass::Status status = gemm.can_implement(args);
   if (status != cutlass::Status::kSuccess) return "the 2:4 GEMM cannot run this problem (CUTLASS can_implement)";
@@ -147,37 +155,42 @@ const char* run_gemm(const Problem& p) {
   return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
 }
 
-// Each tile's source file defines its entry points: the GEMM and its scratch size, for either dtype.
-#define SPARSEPRUNE_SP24_TILE_ENTRIES(NAME)          \
-  const char* run_##NAME##_tile(const Problem& p);     \
-  int64_t NAME##_tile_workspace_bytes(const Problem& p); \
-  int NAME##_tile_binary_version();
-SPARSEPRUNE_SP24_TILE_ENTRIES(wide)
-SPARSEPRUNE_SP24_TILE_ENTRIES(tall)
-SPARSEPRUNE_SP24_TILE_ENTRIES(pingpong)
-#undef SPARSEPRUNE_SP24_TILE_ENTRIES
+// Each kernel's source file defines its entry points: the GEMM and its scratch size, for either dtype, and the
+// architecture of its machine code.
+#define SPARSEPRUNE_SP24_KERNEL_ENTRIES(NAME)      \
+  const char* run_##NAME(const Problem& p);        \
+  int64_t NAME##_workspace_bytes(const Problem& p); \
+  int NAME##_binary_version();
+SPARSEPRUNE_SP24_KERNEL_ENTRIES(wide)
+SPARSEPRUNE_SP24_KERNEL_ENTRIES(tall)
+SPARSEPRUNE_SP24_KERNEL_ENTRIES(pingpong)
+SPARSEPRUNE_SP24_KERNEL_ENTRIES(wide_source)
+SPARSEPRUNE_SP24_KERNEL_ENTRIES(tall_source)
+SPARSEPRUNE_SP24_KERNEL_ENTRIES(pingpong_source)
+#undef SPARSEPRUNE_SP24_KERNEL_ENTRIES
 
 // The architecture (e.g. 90) of the fp16 kernel's machine code that the current device would run, or -1 when none.
-template <class Tile>
+template <class Tile, bool kAddsSource>
 int binary_version() {
+  using Kernel = typename Sp24Kernel<cutlass::half_t, Tile, kAddsSource>::Kernel;
   cudaFuncAttributes attr{};
-  if (cudaFuncGetAttributes(&attr, cutlass::device_kernel<typename Sp24Kernel<cutlass::half_t, Tile>::Kernel>) !=
-      cudaSuccess) {
+  if (cudaFuncGetAttributes(&attr, cutlass::device_kernel<Kernel>) != cudaSuccess) {
     cudaGetLastError();
     return -1;
   }
   return attr.binaryVersion;
 }
 
-#define SPARSEPRUNE_SP24_TILE(NAME, TILE)                                                                     \
-  const char* run_##NAME##_tile(const Problem& p) {                                                           \
-    return p.dtype == DType::kHalf ? run_gemm<cutlass::half_t, TILE>(p) : run_gemm<cutlass::bfloat16_t, TILE>(p); \
-  }                                                                                                           \
-  int64_t NAME##_tile_workspace_bytes(const Problem& p) {                                                     \
-    return p.dtype == DType::kHalf ? gemm_workspace_bytes<cutlass::half_t, TILE>(p)                           \
-                                   : gemm_workspace_bytes<cutlass::bfloat16_t, TILE>(p);                      \
-  }                                                                                                           \
-  int NAME##_tile_binary_version() { return binary_version<TILE>(); }
+#define SPARSEPRUNE_SP24_KERNEL(NAME, TILE, ADDS_SOURCE)                                                 \
+  const char* run_##NAME(const Problem& p) {                                                            \
+    return p.dtype == DType::kHalf ? run_gemm<cutlass::half_t, TILE, ADDS_SOURCE>(p)                    \
+                                   : run_gemm<cutlass::bfloat16_t, TILE, ADDS_SOURCE>(p);               \
+  }                                                                                                     \
+  int64_t NAME##_workspace_bytes(const Problem& p) {                                                    \
+    return p.dtype == DType::kHalf ? gemm_workspace_bytes<cutlass::half_t, TILE, ADDS_SOURCE>(p)        \
+                                   : gemm_workspace_bytes<cutlass::bfloat16_t, TILE, ADDS_SOURCE>(p);   \
+  }                                                                                                     \
+  int NAME##_binary_version() { return binary_version<TILE, ADDS_SOURCE>(); }
 
 }  // namespace sp24
 }  // namespace sparseprune

@@ -8,12 +8,14 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.nn.functional as F
 from hydra_runs import PATTERN_OVERRIDES, TINY_VGG, compose_config
 from safetensors.torch import load_file
 
 from sparseprune.errors import UserError
 from sparseprune.export.packing import pack_layer, packed_from_tensors
 from sparseprune.export.pipeline import export
+from sparseprune.export.sparse_modules import SparseConv2d
 from sparseprune.patterns import build_pattern, keep_mask
 from sparseprune.training import train
 
@@ -55,6 +57,25 @@ def test_packed_matmul_equals_masked_dense(name: str, shape: tuple[int, int], sp
     assert {k: t.dtype for k, t in half.tensors().items() if not t.is_floating_point()} == {
         k: t.dtype for k, t in packed.tensors().items() if not t.is_floating_point()
     }
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+@pytest.mark.parametrize("name", ["tw", "tew", "nm"])
+def test_sparse_conv_equals_masked_dense_conv(name: str, batch: int) -> None:
+    """SparseConv2d against F.conv2d on the masked weight: the feature-major route (TW, TEW) and the row-major one
+    (N:M), one image and several, with stride and padding that make the output grid ragged."""
+    conv = torch.nn.Conv2d(8, 32, kernel_size=3, stride=2, padding=1)
+    config = PATTERN_CONFIGS[name]
+    weight_kn, codes = masked_layer(config, (8 * 9, 32), 0.5, seed=5)
+    packed = pack_layer(weight_kn, codes, config)
+    sparse = SparseConv2d(packed, conv.bias, conv)
+    x = torch.randn(batch, 8, 11, 9)
+    masked = weight_kn.t().reshape(conv.weight.shape)
+    expected = F.conv2d(x.double(), masked.double(), conv.bias.double(), stride=2, padding=1)
+    y = sparse(x)
+    assert y.shape == expected.shape
+    assert y.is_contiguous() or name == "nm", "the feature-major route returns NCHW as F.conv2d does"
+    torch.testing.assert_close(y.double(), expected, rtol=1e-5, atol=1e-5)
 
 
 @pytest.fixture(scope="module")

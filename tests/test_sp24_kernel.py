@@ -15,15 +15,18 @@ from random_masks import random_nm_mask
 
 from sparseprune.errors import UserError
 from sparseprune.export.formats import nm, sp24
+from sparseprune.export.formats.base import apply_epilogue
 from sparseprune.export.formats.extension import load_kernels
 from sparseprune.export.formats.nm import PackedNM, auto_route, nm_matmul, pack_nm, sp24_view
 from sparseprune.export.formats.sp24 import (
     FORCED_TILES,
     CompressedSP24,
+    TwoPassSP24,
     check_24,
     compress_24,
     shape_unsupported,
     split_24,
+    two_part_form,
 )
 
 
@@ -88,8 +91,25 @@ def test_split_24_keeps_the_first_two_non_zeros_of_each_group() -> None:
     assert torch.equal(main, expected_main)
     assert torch.equal(rest, expected_rest)
     check_24(main)
+    check_24(rest)  # both parts run on the 2:4 hardware
     with pytest.raises(UserError, match="multiple of 4"):
         split_24(torch.ones(6, 2))
+
+
+@pytest.mark.parametrize(
+    ("k", "n", "form"),
+    [
+        (768, 3072, "stacked"),
+        (768, 2304, "stacked"),
+        (3072, 768, "two-pass"),
+        (4096, 4096, "two-pass"),
+        (4096, 6144, "two-pass"),
+        (4096, 6152, "stacked"),
+    ],
+)
+def test_two_part_form_copies_the_smaller_operand(k: int, n: int, form: str) -> None:
+    """Stacking copies x twice (3K values a row), two passes write and read back y (2N): the cheaper one wins."""
+    assert two_part_form(k, n) == form
 
 
 def test_shape_limits() -> None:
@@ -139,9 +159,12 @@ def test_forced_route_explains_why_it_cannot_run() -> None:
         (4096, 40, 2, 4, 1, "simt"),  # K = 40 is no multiple of 16
         (4096, 64, 1, 4, 1, "sp24"),  # at most one of any 4 K rows kept: 2:4 too
         (4096, 64, 1, 2, 1, "sp24"),  # 1:2 keeps two of any 4
-        (4096, 64, 3, 32, 1, "sp24"),  # 3:32 may keep three of 4 adjacent rows: 2:4 plus a gathered remainder
-        (4096, 64, 4, 16, 1, "simt"),  # 4:16 would move too many entries to the remainder
-        (16, 64, 3, 32, 1, "simt"),  # against the SpMV the remainder does not pay
+        (4096, 64, 3, 32, 1, "sp24"),  # 3:32 may keep three of 4 adjacent rows: two 2:4 passes
+        (4096, 64, 8, 32, 8, "sp24"),  # so may 8:32 and 4:16
+        (7, 64, 3, 32, 1, "simt"),  # the two 2:4 parts beat the SpMV from 8 rows, whatever N/M
+        (8, 64, 3, 32, 1, "sp24"),
+        (7, 64, 4, 16, 1, "simt"),
+        (8, 64, 4, 16, 1, "sp24"),
         (4096, 64, 4, 16, 16, "tw"),
         (4096, 64, 1, 4, 16, "tw"),  # the TW route skips all the pruned K, the 2:4 hardware only half
     ],
@@ -221,11 +244,23 @@ def test_each_tile_matches_fp32_reference(tile: str) -> None:
 @requires_sp24
 @pytest.mark.parametrize(
     ("kept", "m", "vector"),
-    [(1, 4, 1), (2, 8, 1), (1, 8, 8), (2, 16, 1), (1, 2, 1), (2, 32, 8), (3, 32, 1), (4, 32, 8)],
+    [
+        (1, 4, 1),
+        (2, 8, 1),
+        (1, 8, 8),
+        (2, 16, 1),
+        (1, 2, 1),
+        (2, 32, 8),
+        (3, 32, 1),
+        (4, 32, 8),
+        (4, 16, 1),
+        (8, 32, 1),
+        (3, 4, 1),
+    ],  # fmt: skip
 )
 def test_other_patterns_match_fp32_reference(kept: int, m: int, vector: int) -> None:
-    """Other N:M patterns on the 2:4 hardware: N <= 2 (groups of 4 K rows holding 0, 1 or 2 kept entries) as they
-    are, N >= 3 with the gathered remainder beside them; both dtypes, forced and through auto, against fp32."""
+    """Other N:M patterns on the 2:4 hardware: N <= 2 (groups of 4 K rows holding 0, 1 or 2 kept entries) in one
+    pass, N >= 3 in two; both dtypes, forced and through auto, against fp32."""
     activations = itertools.cycle([None, "relu", "gelu"])
     for i, (rows, k, n) in enumerate(SHAPES):
         if k % m:
@@ -242,8 +277,30 @@ def test_other_patterns_match_fp32_reference(kept: int, m: int, vector: int) -> 
             err = rel_err(nm_matmul(x, packed, bias, act, kernel=kernel), ref)
             assert err <= KERNEL_TOLERANCE[dtype], f"{kept}:{m} V={vector} {kernel} M={rows} K={k} N={n}: {err:.2e}"
     packed, _ = _packed(256, 128, kept, m, vector)
-    x = torch.empty(17, 256, device="cuda", dtype=torch.float16)
-    assert auto_route(x, packed.to("cuda", torch.float16)) == "sp24"
+    packed = packed.to("cuda", torch.float16)
+    assert auto_route(torch.empty(17, 256, device="cuda", dtype=torch.float16), packed) == "sp24"
+    assert isinstance(sp24_view(packed), TwoPassSP24 if kept > 2 else CompressedSP24)  # K = 256 is long beside N
+
+
+@requires_sp24
+@pytest.mark.parametrize("tile", FORCED_TILES)
+def test_source_is_added_by_each_tile(tile: str) -> None:
+    """The kernels that add a source (the second of two passes), each tile against fp32, with bias and activation
+    applied after the sum."""
+    activations = itertools.cycle(["gelu", None, "relu"])
+    for i, (rows, k, n) in enumerate(SHAPES):
+        dtype = (torch.float16, torch.bfloat16)[i % 2]
+        packed, b = _packed(k, n, seed=30 + i, dtype=dtype)
+        weight = sp24_view(packed.to("cuda", dtype))
+        gen = torch.Generator(device="cuda").manual_seed(i)
+        x = torch.randn(rows, k, generator=gen, device="cuda").to(dtype)
+        source = torch.randn(rows, n, generator=gen, device="cuda").to(dtype)
+        bias = torch.randn(n, generator=gen, device="cuda").to(dtype)
+        act = next(activations)
+        y = weight.matmul(x, bias, act, tile=tile, source=source)
+        ref = apply_epilogue(x.float() @ b.cuda() + source.float(), bias.float(), act)
+        err = rel_err(y, ref)
+        assert err <= KERNEL_TOLERANCE[dtype], f"{tile} M={rows} K={k} N={n} {act}: {err:.2e}"
 
 
 @requires_sp24
@@ -316,5 +373,9 @@ def test_binding_rejects_bad_input() -> None:
         call(x=torch.randn(20 * 64 + 1, device="cuda", dtype=torch.float16)[1:].view(20, 64))
     with pytest.raises(RuntimeError, match="tile code"):
         call(tile=len(sp24.TILES))
+    with pytest.raises(RuntimeError, match=r"source must be \(M, N\)"):
+        kernels.sp24_matmul(x, weight.values, weight.meta, None, 64, 32, 0, 0, torch.zeros_like(x[:, :16]))
+    with pytest.raises(RuntimeError, match="source is"):
+        kernels.sp24_matmul(x, weight.values, weight.meta, None, 64, 32, 0, 0, x.new_zeros(20, 32, dtype=torch.float32))
     with pytest.raises(RuntimeError, match="not 2:4"):
         kernels.sp24_compress(torch.ones(32, 64, device="cuda", dtype=torch.float16))

@@ -12,14 +12,15 @@ holds each kept value's position inside its group, shared by the `vector` column
   for V >= 32 at every M (at small M, after the sparse tensor cores for 2:4). V = 16 fills half of each 32-column TW
   tile, so it does up to twice the ideal MMA work.
 - "sp24": Hopper sparse tensor cores (sparseprune/export/formats/sp24.py). N <= 2 keeps at most two entries in any
-  four consecutive K rows, so 1:4, 1:8, 2:8, 2:16, ... are 2:4 by construction and run there at 2:4's speed; a
-  pattern with N >= 3 and N/M <= 1/8 (3:32, 4:32) runs its 2:4 part there and adds the few entries beyond it (third
-  and later of four rows, under 1% of them) by gather; denser ones (4:16) would move too many. The weight is
+  four consecutive K rows, so 1:4, 1:8, 2:8, 2:16, ... are 2:4 by construction and run there at 2:4's speed; any
+  pattern with N >= 3 (4:16, 8:32, 3:32) is the sum of two 2:4 matrices (the first two kept entries of every four K
+  rows, and the rest) and runs either as two passes, the second adding the first's result in its epilogue, or where
+  K is short beside N as one GEMM over K twice ([x, x] @ [main; rest]). The weight is
   compressed once by CUTLASS on the GPU (memoised per `values` tensor, like the TW repack), on an sm_90 device
   when the extension holds the CUTLASS kernel; K must be a multiple of 16. Chosen for 2:4 itself
   above one row of x; where the TW route cannot run (V < 16), for N <= 2 once rows x N/M passes
-  SPMV_MAX_ROW_DENSITY (the SpMV's time grows with both, the sparse tensor cores' hardly), and for N >= 3 above
-  SMALL_M rows, where the CUDA-core SpMM is the alternative.
+  SPMV_MAX_ROW_DENSITY (the SpMV's time grows with both, the sparse tensor cores' hardly), and for N >= 3 from
+  SPLIT_SP24_MIN_ROWS rows.
 - "reference": one dense GEMM on the scattered weight; CPU, no extension, dtypes other than fp16/bf16, or a
   packing outside the kernels' range (M not a power of two in [2, 32], N = 0 or N = M, N columns not a multiple
   of 8).
@@ -48,14 +49,14 @@ KERNELS = ("auto", "simt", "tw", "sp24", "reference")
 KERNEL_MAX_M = 32  # largest group the kernels take; must match the binding's check in kernels_ext/bindings.cpp
 SMALL_M = 16  # rows of x up to which the SpMV runs; must match kSmallM in kernels_ext/nm_gemm.h
 TW_MIN_VECTOR = 16  # narrowest vector that goes to the tensor-core TW route
-SP24_MAX_KEPT = 2  # N:M with N up to this keeps at most 2 of any 4 consecutive K rows: 2:4 with no remainder
-# Largest N/M with N > SP24_MAX_KEPT whose remainder beyond 2:4 is small enough to gather (H200, 4096 x 768 x 2304:
-# 3:32 at 0.21x dense against 0.08x on the CUDA cores, 4:16 at 0.02x against 0.04x; nm_h200_sparser_on_sp24.md).
-SP24_SPLIT_MAX_DENSITY = 1 / 8
-# Rows of x times N/M up to which the SpMV beats the sparse tensor cores on a sparser-than-2:4 pattern (H200, 4096 x
-# 11008: 2:8 and 1:4 at 2 rows 1.44x against 0.84x dense, at 3 rows 0.74x against 0.88x; 1:8 at 4 rows 0.86x
+SP24_MAX_KEPT = 2  # N:M with N up to this keeps at most 2 of any 4 consecutive K rows: one 2:4 pass, not two
+# Rows of x times N/M up to which the SpMV beats the sparse tensor cores on a pattern with N <= 2 other than 2:4 (H200,
+# 4096 x 11008: 2:8 and 1:4 at 2 rows 1.44x against 0.84x dense, at 3 rows 0.74x against 0.88x; 1:8 at 4 rows 0.86x
 # against 0.87x; bench/results/nm_h200_sparser_on_sp24.md).
 SPMV_MAX_ROW_DENSITY = 0.5
+# Rows of x from which the two 2:4 parts of an N >= 3 pattern beat the SpMV (H200, 4096 x 11008: 0.43-0.44x dense at
+# any row count; the SpMV 0.66-0.89x at 4 rows, 0.25-0.37x at 8; bench/results/nm_h200_two_pass.md).
+SPLIT_SP24_MIN_ROWS = 8
 
 # PackedTW twin of each vector-wise weight and CUTLASS-compressed form of each sp24 weight, keyed weakly by its values
 # tensor: export modules rebuild PackedNM on every forward from the same buffers, and a repack per call is far too
@@ -232,9 +233,6 @@ def _packing_unsupported(packed: PackedNM, route: str) -> str | None:
         if k % 8:
             return f"the TW route needs K a multiple of 8, got {k}"
     if route == "sp24":
-        if packed.kept > SP24_MAX_KEPT and packed.kept / packed.m > SP24_SPLIT_MAX_DENSITY:
-            return (f"the 2:4 route takes N <= {SP24_MAX_KEPT}, or N/M <= {SP24_SPLIT_MAX_DENSITY:g} with a small "
-                    f"remainder, got {packed.kept}:{packed.m}")  # fmt: skip
         return sp24.shape_unsupported(*packed.shape)
     return None
 
@@ -257,8 +255,8 @@ def auto_route(x: torch.Tensor, packed: PackedNM) -> str:
         routes: tuple[str, ...] = ("sp24", *tw_route) if rows > 1 else tw_route
     elif packed.kept <= SP24_MAX_KEPT:
         routes = (*tw_route, "sp24") if rows * packed.kept / packed.m > SPMV_MAX_ROW_DENSITY else tw_route
-    else:  # a gathered remainder rides along: worth it against the CUDA-core SpMM, not against the SpMV
-        routes = (*tw_route, "sp24") if rows > SMALL_M else tw_route
+    else:
+        routes = (*tw_route, "sp24") if rows >= SPLIT_SP24_MIN_ROWS else tw_route
     return next((route for route in routes if route_unavailable(x, packed, route) is None), "simt")
 
 
@@ -294,9 +292,8 @@ def _repack_tw(packed: PackedNM) -> PackedTW:
 
 def _compress_sp24(packed: PackedNM) -> CompressedSP24 | SplitSP24:
     view = compress_split_24(packed.dense())
-    rest = f", {view.rest_values.numel()} entries beside it" if isinstance(view, SplitSP24) else ""
-    log.debug("compressed %s %d:%d (V=%d) for the sparse tensor cores%s", packed.shape, packed.kept, packed.m,
-              packed.vector, rest)  # fmt: skip
+    log.debug("compressed %s %d:%d (V=%d) for the sparse tensor cores as %s", packed.shape, packed.kept, packed.m,
+              packed.vector, type(view).__name__)  # fmt: skip
     return view
 
 
@@ -306,6 +303,6 @@ def tw_view(packed: PackedNM) -> PackedTW:
 
 
 def sp24_view(packed: PackedNM) -> CompressedSP24 | SplitSP24:
-    """The weight compressed for the sparse tensor cores (with its remainder for N >= 3), once per values tensor
+    """The weight compressed for the sparse tensor cores (in two 2:4 parts for N >= 3), once per values tensor
     (as tw_view)."""
     return _memoised(_SP24_VIEWS, packed, _compress_sp24)

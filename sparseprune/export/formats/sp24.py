@@ -9,12 +9,10 @@ construction. The kernel writes y = act(x B + bias) row-major (M x N) with bias 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
 
 import torch
 
 from sparseprune.errors import UserError
-from sparseprune.export.formats.base import apply_epilogue
 from sparseprune.export.formats.extension import load_kernels
 from sparseprune.export.formats.tw import ACTIVATIONS, KERNEL_DTYPES
 
@@ -35,21 +33,28 @@ class CompressedSP24:
     shape: tuple[int, int]
 
     def matmul(
-        self, x: torch.Tensor, bias: torch.Tensor | None = None, activation: str | None = None, tile: str = "auto"
+        self,
+        x: torch.Tensor,
+        bias: torch.Tensor | None = None,
+        activation: str | None = None,
+        tile: str = "auto",
+        source: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """y = act(x @ B + bias) for x (M, K); the caller has checked the route with device_unavailable().
+        """y = act(x @ B + source + bias) for x (M, K); the caller has checked the route with device_unavailable().
 
         `tile` forces the GEMM's CTA tile (cooperative "wide" 128 features x 256 rows and "tall" 256 x 128, or
         "pingpong" 128 x 128 per consumer warpgroup) so benchmarks can compare them; "auto" takes the one measured
-        faster for the shape.
+        faster for the shape. `source` (M, N, x's dtype) is another pass's partial y, added in the epilogue.
         """
         if tile not in TILES:
             raise UserError(f"tile must be one of {tuple(TILES)}, got {tile!r}")
         k, n = self.shape
         if bias is not None:
             bias = _aligned(bias.to(x.dtype).contiguous())
+        if source is not None:
+            source = _aligned(source.contiguous())
         return load_kernels().sp24_matmul(
-            _aligned(x.contiguous()), self.values, self.meta, bias, k, n, ACTIVATIONS[activation], TILES[tile]
+            _aligned(x.contiguous()), self.values, self.meta, bias, k, n, ACTIVATIONS[activation], TILES[tile], source
         )
 
 
@@ -110,44 +115,61 @@ def compress_24(b_kn: torch.Tensor) -> CompressedSP24:
 
 
 @dataclass(frozen=True)
-class SplitSP24:
-    """B = main + rest for a B that is 2:4 but for some entries (N:M with N >= 3): main on the sparse tensor cores,
-    rest (the third and later non-zeros of a group of 4 K entries, few: 3:32 moves under 1% of its groups) as
-    (K row, N column, value) triples added by gather and index_add, in fp32 before the epilogue. cuSPARSE's CSR SpMM
-    took 130-470 us for a few hundred such entries at M = 4096 (H200)."""
+class TwoPassSP24:
+    """B = main + rest for a B that is not 2:4 (N:M with N >= 3), both parts 2:4 (see split_24), as two passes on
+    the sparse tensor cores: the second adds the first's y in its epilogue. The hardware cannot skip rest's empty
+    groups, so B costs two 2:4 GEMMs however few entries rest holds (H200: gathering 3:32's rest, under 1% of its
+    entries, was slower; bench/results/nm_h200_two_pass.md)."""
 
     main: CompressedSP24
-    rest_rows: torch.Tensor  # int64 [entries]
-    rest_cols: torch.Tensor  # int64 [entries]
-    rest_values: torch.Tensor  # fp32 [entries]
-
-    CHUNK: ClassVar[int] = 2048  # entries gathered at a time: M x CHUNK fp32 of x's columns
+    rest: CompressedSP24
 
     def matmul(
         self, x: torch.Tensor, bias: torch.Tensor | None = None, activation: str | None = None, tile: str = "auto"
     ) -> torch.Tensor:
-        y = self.main.matmul(x, tile=tile).float()
-        for start in range(0, self.rest_values.numel(), self.CHUNK):
-            part = slice(start, start + self.CHUNK)
-            y.index_add_(1, self.rest_cols[part], x[:, self.rest_rows[part]].float() * self.rest_values[part])
-        return apply_epilogue(y, None if bias is None else bias.float(), activation).to(x.dtype)
+        return self.main.matmul(x, bias, activation, tile, source=self.rest.matmul(x, tile=tile))
+
+
+@dataclass(frozen=True)
+class StackedSP24:
+    """B = main + rest (as TwoPassSP24) as one 2:4 GEMM over K twice: [x, x] @ [main; rest]. One launch and no
+    partial y, for the price of copying x twice: the cheaper form where K is short beside N (see two_part_form)."""
+
+    stacked: CompressedSP24  # [main; rest], 2K x N
+
+    def matmul(
+        self, x: torch.Tensor, bias: torch.Tensor | None = None, activation: str | None = None, tile: str = "auto"
+    ) -> torch.Tensor:
+        return self.stacked.matmul(torch.cat([x, x], dim=1), bias, activation, tile)
+
+
+def two_part_form(k: int, n: int) -> str:
+    """The form ("stacked" or "two-pass") of a K x N weight of two 2:4 parts that moves fewer extra bytes per row of x.
+    Stacking writes x twice and reads it (3K values), two passes write and read back a partial y (2N values); H200:
+    BERT FFN in (768 -> 3072) 0.67x against 0.51x dense stacked, FFN out (3072 -> 768) 0.36x against 0.46x."""
+    return "stacked" if 3 * k < 2 * n else "two-pass"
 
 
 def split_24(b_kn: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """B as main + rest with main 2:4 along K: in every group of 4 consecutive K entries of a column the first two
-    non-zeros stay in main, any later ones move to rest."""
+    """B as main + rest, both 2:4 along K: in every group of 4 consecutive K entries of a column the first two
+    non-zeros stay in main, the others (at most two) move to rest."""
     nonzero = _nonzero_groups(b_kn)
     first_two = (nonzero & (nonzero.cumsum(1) <= 2)).reshape(b_kn.shape)
     main = torch.where(first_two, b_kn, torch.zeros_like(b_kn))
     return main, b_kn - main
 
 
+SplitSP24 = TwoPassSP24 | StackedSP24
+
+
 def compress_split_24(b_kn: torch.Tensor) -> CompressedSP24 | SplitSP24:
-    """compress_24 for any B: a 2:4 B as it is, else its 2:4 part with the rest beside it (see split_24)."""
+    """compress_24 for any B: a 2:4 B as it is, else both 2:4 parts of split_24 in the form two_part_form picks."""
     main, rest = split_24(b_kn)
-    compressed = compress_24(main)
-    rows, cols = rest.nonzero(as_tuple=True)
-    return SplitSP24(compressed, rows, cols, rest[rows, cols].float()) if rows.numel() else compressed
+    if not bool(rest.any()):
+        return compress_24(main)
+    if two_part_form(*b_kn.shape) == "stacked":
+        return StackedSP24(compress_24(torch.cat([main, rest])))
+    return TwoPassSP24(compress_24(main), compress_24(rest))
 
 
 def _aligned(t: torch.Tensor) -> torch.Tensor:

@@ -25,6 +25,8 @@ from sparseprune.export.formats.extension import load_kernels
 log = logging.getLogger(__name__)
 
 K_STEP = 32  # kernel K step; must match kKStep in kernels_ext/tw_gemm.h
+SMALL_M = 16  # rows up to which the kernels take any feature-major M; must match kSmallM in kernels_ext/tw_gemm.h
+FEATURE_MAJOR_M_ALIGN = 8  # above SMALL_M a feature-major x is read in 16-byte runs of M
 GRANULARITIES = (32, 64, 128)
 ACTIVATIONS = {None: 0, "relu": 1, "gelu": 2}
 # Tensor-core family for M > 16: "auto" picks the warp-specialized "wgmma.ws" on Hopper (G 64/128), else mma.sync;
@@ -116,9 +118,17 @@ class PackedTW:
         activation: str | None = None,
         kernel: str = "auto",
     ) -> torch.Tensor:
-        """yT = act(x @ B + bias)^T from xT (K, M): chained sparse layers stay feature-major, skipping transposes."""
+        """yT = act(x @ B + bias)^T from xT (K, M): chained sparse layers stay feature-major, skipping transposes.
+
+        Any M: an M the kernels cannot read feature-major (above SMALL_M and not a multiple of 8) is padded with
+        zero columns, and the result is then a view of the first M columns.
+        """
         if xt.dim() != 2 or xt.shape[0] != self.shape[0]:
             raise UserError(f"feature-major x must be (K={self.shape[0]}, M), got {tuple(xt.shape)}")
+        m = xt.shape[1]
+        if xt.is_cuda and m > SMALL_M and m % FEATURE_MAJOR_M_ALIGN:
+            padded = torch.nn.functional.pad(xt, (0, -m % FEATURE_MAJOR_M_ALIGN))
+            return self._run(padded, bias, activation, feature_major=True, kernel=kernel)[:, :m]
         return self._run(xt, bias, activation, feature_major=True, kernel=kernel)
 
     def _run(

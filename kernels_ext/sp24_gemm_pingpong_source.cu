@@ -1,0 +1,9 @@
+// The 2:4 GEMM with the ping-pong CTA tile (128 output features x 128 rows of x per consumer warpgroup) that adds a
+// source to its result (the second pass of a weight split into two 2:4 matrices); see sp24_kernel.cuh.
+#include "sp24_kernel.cuh"
+
+namespace sparseprune {
+namespace sp24 {
+SPARSEPRUNE_SP24_KERNEL(pingpong_source, PingpongTile, true)
+}  // namespace sp24
+}  // namespace sparseprune
