@@ -80,7 +80,8 @@ def test_tw_route_matches_fp32_reference(dtype: torch.dtype, vector: int) -> Non
         ref = dense_reference(x, b, bias, act, dtype=torch.float32)
         y_tw = nm_matmul(x, packed, bias, act, kernel="tw")
         y_auto = packed.matmul(x, bias, act)
-        for y in (y_tw, y_auto):
+        y_fm = packed.matmul_feature_major(x.t().contiguous(), bias, act).t()  # as SparseConv2d calls it
+        for y in (y_tw, y_auto, y_fm):
             err = rel_err(y, ref)
             assert err <= KERNEL_TOLERANCE[dtype], f"{kept}:{m} V={vector} M={rows} K={packed.shape[0]}: {err:.2e}"
 

@@ -7,6 +7,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from sparseprune.export.formats.base import PackedWeight
+from sparseprune.export.formats.nm import PackedNM
 from sparseprune.export.formats.tw import PackedTW
 
 
@@ -40,9 +41,9 @@ class SparseLinear(nn.Module):
 class SparseConv2d(SparseLinear):
     """Convolution as im2col + packed GEMM (K = Cin*kh*kw, N = Cout): the GEMM view the pattern pruned.
 
-    A format that computes feature-major (TW) takes the im2col columns as they come, K x (B*L), and returns
-    Cout x (B*L), which is NCHW for one image: no transposes around the GEMM, where the row-major route pays four
-    (H200, VGG16 conv4 at 75%: bench/results/tw_h200_conv_feature_major.md).
+    A format that computes feature-major (TW, and N:M where it runs on the TW kernels) takes the im2col columns as
+    they come, K x (B*L), and returns Cout x (B*L), which is NCHW for one image: no transposes around the GEMM, where
+    the row-major route pays four (H200, VGG16 conv4 at 75%: bench/results/tw_h200_conv_feature_major.md).
     """
 
     def __init__(self, packed: PackedWeight, bias: torch.Tensor | None, conv: nn.Conv2d) -> None:
@@ -58,9 +59,9 @@ class SparseConv2d(SparseLinear):
         out_h = (height + 2 * self.padding[0] - self.dilation[0] * (self.kernel_size[0] - 1) - 1) // self.stride[0] + 1
         out_w = (width + 2 * self.padding[1] - self.dilation[1] * (self.kernel_size[1] - 1) - 1) // self.stride[1] + 1
         packed = self.packed
-        if isinstance(packed, PackedTW):
+        if isinstance(packed, (PackedTW, PackedNM)):
             yt = packed.matmul_feature_major(columns.transpose(0, 1).reshape(columns.shape[1], -1), self.bias)
-            return yt.reshape(-1, batch, out_h, out_w).transpose(0, 1).contiguous()  # views for one image
+            return yt.reshape(-1, batch, out_h, out_w).transpose(0, 1)  # contiguous for one image
         rows = columns.transpose(1, 2).reshape(-1, columns.shape[1])  # (B*L, K)
         y = packed.matmul(rows, self.bias)  # (B*L, N)
         return y.reshape(batch, out_h * out_w, -1).transpose(1, 2).reshape(batch, -1, out_h, out_w)

@@ -119,6 +119,17 @@ class PackedNM(TensorBundleMixin):
         """y = act(x @ B + bias) for x (..., K): the CUDA kernels for fp16/bf16 CUDA inputs, else the reference."""
         return nm_matmul(x, self, bias, activation)
 
+    def matmul_feature_major(
+        self, xt: torch.Tensor, bias: torch.Tensor | None = None, activation: str | None = None
+    ) -> torch.Tensor:
+        """yT = act(x @ B + bias)^T from xT (K, M), as PackedTW's: feature-major through the TW route where auto takes
+        it, else the transposed views of matmul (so y may be a strided view)."""
+        if xt.dim() != 2 or xt.shape[0] != self.shape[0]:
+            raise UserError(f"feature-major x must be (K={self.shape[0]}, M), got {tuple(xt.shape)}")
+        if auto_route(xt.t(), self) == "tw":
+            return tw_view(self).matmul_feature_major(xt, bias, activation)
+        return self.matmul(xt.t(), bias, activation).t()
+
 
 def pack_nm(weight_kn: torch.Tensor, keep: torch.Tensor, m: int, vector: int = 1) -> PackedNM:
     """Pack B under an N:M keep mask; every group must keep the same count and share indices per block."""
