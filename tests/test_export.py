@@ -15,7 +15,7 @@ from safetensors.torch import load_file
 from sparseprune.errors import UserError
 from sparseprune.export.packing import pack_layer, packed_from_tensors
 from sparseprune.export.pipeline import export
-from sparseprune.export.sparse_modules import SparseConv2d
+from sparseprune.export.sparse_modules import SparseConv2d, im2col
 from sparseprune.patterns import build_pattern, keep_mask
 from sparseprune.training import train
 
@@ -75,6 +75,36 @@ def test_sparse_conv_equals_masked_dense_conv(name: str, batch: int) -> None:
     y = sparse(x)
     assert y.shape == expected.shape
     torch.testing.assert_close(y.double(), expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("feature_major", [True, False])
+@pytest.mark.parametrize(
+    ("kernel_size", "dilation", "padding", "stride"),
+    [((3, 3), (1, 1), (1, 1), (1, 1)), ((3, 2), (2, 1), (0, 2), (2, 3)), ((1, 1), (1, 1), (0, 0), (1, 1))],
+)
+def test_im2col_matches_unfold(kernel_size, dilation, padding, stride, feature_major: bool) -> None:
+    """One strided copy gives F.unfold's matrix exactly, also from a non-contiguous input (a strided NCHW view, as
+    SparseConv2d returns for several images)."""
+    x = torch.randn(3, 12, 9, 10).transpose(2, 3)[:, 1:]  # (3, 11, 10, 9)
+    assert not x.is_contiguous()
+    columns, out_h, out_w = im2col(x, kernel_size, dilation, padding, stride, feature_major)
+    expected = F.unfold(x, kernel_size, dilation, padding, stride)  # (B, K, L)
+    assert out_h * out_w == expected.shape[2]
+    expected = (
+        expected.transpose(0, 1).reshape(expected.shape[1], -1)
+        if feature_major
+        else expected.transpose(1, 2).reshape(-1, expected.shape[1])
+    )
+    assert torch.equal(columns, expected)
+
+
+def test_sparse_conv_refuses_what_has_no_im2col_view() -> None:
+    packed = pack_layer(*masked_layer(PATTERN_CONFIGS["tw"], (72, 32), 0.5, seed=1), PATTERN_CONFIGS["tw"])
+    for conv in (torch.nn.Conv2d(8, 32, 3, padding="same"), torch.nn.Conv2d(8, 32, 3, padding_mode="reflect")):
+        with pytest.raises(ValueError, match="explicit zero padding"):
+            SparseConv2d(packed, None, conv)
+    with pytest.raises(ValueError, match="smaller than the 3 x 3 kernel"):
+        im2col(torch.randn(1, 2, 2, 5), (3, 3), (1, 1), (0, 0), (1, 1), feature_major=True)
 
 
 @pytest.fixture(scope="module")

@@ -7,11 +7,14 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 from gemm_checks import KERNEL_TOLERANCE, rel_err
-from random_masks import random_tw_mask
+from random_masks import random_nm_mask, random_tw_mask
 
 from sparseprune.export.formats.extension import load_kernels
+from sparseprune.export.formats.nm import pack_nm
 from sparseprune.export.formats.tw import pack_tw, tw_matmul, tw_matmul_reference
+from sparseprune.export.sparse_modules import SparseConv2d
 
 pytestmark = [
     pytest.mark.gpu,
@@ -232,3 +235,25 @@ def test_binding_rejects_bad_input() -> None:
         kernels.tw_matmul(torch.empty(128, 64, device="cuda", dtype=torch.float16).t(), *args)
     with pytest.raises(RuntimeError, match="CUDA"):
         kernels.tw_matmul(x.cpu(), *args)
+
+
+@pytest.mark.parametrize("weight", ["tw", "nm-vector"])
+def test_sparse_conv_feature_major_matches_fp32_conv(weight: str) -> None:
+    """SparseConv2d on the kernels that read the im2col matrix feature-major (TW, and vector-wise N:M on the TW
+    route), one image and several, output grids with and without 16-byte rows (12 x 12 and 7 x 7 per image)."""
+    gen = torch.Generator().manual_seed(3)
+    conv = torch.nn.Conv2d(16, 256, 3, padding=1)
+    k, n = 16 * 9, 256
+    if weight == "tw":
+        mask = random_tw_mask(k, n, 128, 0.75, (0.05, 0.8), gen, empty_tiles=True)
+        packed = pack_tw(torch.randn(k, n, generator=gen) / math.sqrt(k), mask, 128)
+    else:
+        mask = random_nm_mask(k, n, 2, 8, 128, gen)
+        packed = pack_nm(torch.randn(k, n, generator=gen) / math.sqrt(k), mask, 8, 128)
+    sparse = SparseConv2d(packed.to("cuda", torch.float16), conv.bias.detach(), conv).cuda().half()
+    masked = packed.dense().float().t().reshape(conv.weight.shape).cuda()
+    for batch, side in ((1, 12), (3, 12), (1, 7), (5, 7)):
+        x = torch.randn(batch, 16, side, side, generator=gen).to("cuda", torch.float16)
+        ref = F.conv2d(x.float(), masked, conv.bias.detach().float().cuda(), padding=1)
+        err = rel_err(sparse(x), ref)
+        assert err <= KERNEL_TOLERANCE[torch.float16], f"{weight} batch {batch} {side} x {side}: {err:.2e}"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -38,30 +40,79 @@ class SparseLinear(nn.Module):
         return y.reshape(*x.shape[:-1], y.shape[-1])
 
 
+def conv_output_size(
+    x: torch.Tensor,
+    kernel_size: tuple[int, int],
+    dilation: tuple[int, int],
+    padding: tuple[int, int],
+    stride: tuple[int, int],
+) -> tuple[int, int]:
+    """(oh, ow) of a convolution of x (B, C, H, W); ValueError where the kernel does not fit."""
+    height, width = x.shape[2:]
+    (kh, kw), (dh, dw), (ph, pw), (sh, sw) = kernel_size, dilation, padding, stride
+    out_h = (height + 2 * ph - dh * (kh - 1) - 1) // sh + 1
+    out_w = (width + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+    if out_h < 1 or out_w < 1:
+        raise ValueError(f"input {height} x {width} is smaller than the {kh} x {kw} kernel (dilation {dh} x {dw}) "
+                         f"with padding {ph} x {pw}")  # fmt: skip
+    return out_h, out_w
+
+
+def im2col(
+    x: torch.Tensor,
+    kernel_size: tuple[int, int],
+    dilation: tuple[int, int],
+    padding: tuple[int, int],
+    stride: tuple[int, int],
+    feature_major: bool,
+) -> tuple[torch.Tensor, int, int]:
+    """The im2col matrix of x (B, C, H, W), as F.unfold orders it, in one copy: feature-major (C*kh*kw, B*oh*ow) or
+    row-major (B*oh*ow, C*kh*kw); and the output grid (oh, ow). F.unfold writes (B, C*kh*kw, L), which either
+    layout then copies again once B > 1 (the row-major one always)."""
+    batch, channels = x.shape[:2]
+    (kh, kw), (dh, dw), (ph, pw), (sh, sw) = kernel_size, dilation, padding, stride
+    out_h, out_w = conv_output_size(x, kernel_size, dilation, padding, stride)
+    padded = F.pad(x, (pw, pw, ph, ph)) if ph or pw else x
+    sb, sc, sy, sx = padded.stride()
+    windows = padded.as_strided(
+        (batch, channels, kh, kw, out_h, out_w), (sb, sc, sy * dh, sx * dw, sy * sh, sx * sw)
+    )  # windows[b, c, i, j, y, x] = padded[b, c, y*sh + i*dh, x*sw + j*dw]
+    if feature_major:
+        return windows.permute(1, 2, 3, 0, 4, 5).reshape(channels * kh * kw, -1), out_h, out_w
+    return windows.permute(0, 4, 5, 1, 2, 3).reshape(-1, channels * kh * kw), out_h, out_w
+
+
 class SparseConv2d(SparseLinear):
     """Convolution as im2col + packed GEMM (K = Cin*kh*kw, N = Cout): the GEMM view the pattern pruned.
 
-    A format that computes feature-major (TW, and N:M where it runs on the TW kernels) takes the im2col columns as
-    they come, K x (B*L), and returns Cout x (B*L), which is NCHW for one image: no transposes around the GEMM, where
-    the row-major route pays four (H200, VGG16 conv4 at 75%: bench/results/tw_h200_conv_feature_major.md).
+    A format that computes feature-major (TW, and N:M where auto takes the TW kernels) takes the im2col matrix
+    K x (B*L) and returns Cout x (B*L), which is NCHW for one image: no transposes around the GEMM, where the
+    row-major route pays four (H200, VGG16 conv4 at 75%: bench/results/tw_h200_conv_feature_major.md).
     """
 
     def __init__(self, packed: PackedWeight, bias: torch.Tensor | None, conv: nn.Conv2d) -> None:
         super().__init__(packed, bias)
         if conv.groups != 1:
             raise ValueError("grouped convolutions have no single GEMM view")
-        self.kernel_size, self.stride = conv.kernel_size, conv.stride
-        self.padding, self.dilation = conv.padding, conv.dilation
+        if isinstance(conv.padding, str) or conv.padding_mode != "zeros":
+            raise ValueError(f"only explicit zero padding has an im2col view here, got padding={conv.padding!r}, "
+                             f"padding_mode={conv.padding_mode!r}")  # fmt: skip
+        self.geometry = (conv.kernel_size, conv.dilation, conv.padding, conv.stride)
+
+    def _reads_feature_major(self, packed: PackedWeight, x: torch.Tensor) -> bool:
+        """TW always; N:M where auto takes the TW kernels for this many rows; the other formats read rows."""
+        if isinstance(packed, PackedTW):
+            return True
+        rows = x.shape[0] * math.prod(conv_output_size(x, *self.geometry))
+        return isinstance(packed, PackedNM) and packed.runs_feature_major(x, rows)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        batch, _, height, width = x.shape
-        columns = F.unfold(x, self.kernel_size, self.dilation, self.padding, self.stride)  # (B, K, L)
-        out_h = (height + 2 * self.padding[0] - self.dilation[0] * (self.kernel_size[0] - 1) - 1) // self.stride[0] + 1
-        out_w = (width + 2 * self.padding[1] - self.dilation[1] * (self.kernel_size[1] - 1) - 1) // self.stride[1] + 1
+        batch = x.shape[0]
         packed = self.packed
-        if isinstance(packed, (PackedTW, PackedNM)):
-            yt = packed.matmul_feature_major(columns.transpose(0, 1).reshape(columns.shape[1], -1), self.bias)
+        feature_major = self._reads_feature_major(packed, x)
+        columns, out_h, out_w = im2col(x, *self.geometry, feature_major)
+        if feature_major:
+            yt = packed.matmul_feature_major(columns, self.bias)  # (N, B*L)
             return yt.reshape(-1, batch, out_h, out_w).transpose(0, 1)  # contiguous for one image
-        rows = columns.transpose(1, 2).reshape(-1, columns.shape[1])  # (B*L, K)
-        y = packed.matmul(rows, self.bias)  # (B*L, N)
-        return y.reshape(batch, out_h * out_w, -1).transpose(1, 2).reshape(batch, -1, out_h, out_w)
+        y = packed.matmul(columns, self.bias)  # (B*L, N)
+        return y.reshape(batch, out_h, out_w, -1).permute(0, 3, 1, 2)

@@ -119,14 +119,19 @@ class PackedNM(TensorBundleMixin):
         """y = act(x @ B + bias) for x (..., K): the CUDA kernels for fp16/bf16 CUDA inputs, else the reference."""
         return nm_matmul(x, self, bias, activation)
 
+    def runs_feature_major(self, like: torch.Tensor, rows: int) -> bool:
+        """Whether auto runs `rows` rows of an x on like's device and dtype on the TW route, which reads x
+        feature-major (the other routes read it row-major)."""
+        return auto_route(like, self, rows) == "tw"
+
     def matmul_feature_major(
         self, xt: torch.Tensor, bias: torch.Tensor | None = None, activation: str | None = None
     ) -> torch.Tensor:
         """yT = act(x @ B + bias)^T from xT (K, M), as PackedTW's: feature-major through the TW route where auto takes
-        it, else the transposed views of matmul (so y may be a strided view)."""
+        it (runs_feature_major), else the transposed views of matmul (so y may be a strided view)."""
         if xt.dim() != 2 or xt.shape[0] != self.shape[0]:
             raise UserError(f"feature-major x must be (K={self.shape[0]}, M), got {tuple(xt.shape)}")
-        if auto_route(xt.t(), self) == "tw":
+        if self.runs_feature_major(xt, xt.shape[1]):
             return tw_view(self).matmul_feature_major(xt, bias, activation)
         return self.matmul(xt.t(), bias, activation).t()
 
@@ -248,8 +253,9 @@ def _packing_unsupported(packed: PackedNM, route: str) -> str | None:
     return None
 
 
-def auto_route(x: torch.Tensor, packed: PackedNM) -> str:
-    """The route "auto" takes for these rows of x: "sp24", "tw", "simt" or "reference"."""
+def auto_route(x: torch.Tensor, packed: PackedNM, rows: int | None = None) -> str:
+    """The route "auto" takes for these rows of x, or for `rows` rows on x's device and dtype: "sp24", "tw", "simt"
+    or "reference"."""
     if route_unavailable(x, packed, "simt") is not None:
         return "reference"
     # The sparse tensor cores read the 2:4 weight in about the time the SpMV does at M = 1 and stay flat with M,
@@ -259,7 +265,7 @@ def auto_route(x: torch.Tensor, packed: PackedNM) -> str:
     # bound, while the SpMV re-reads each shared index list per column (bench/results/nm_vw_decode_h100.md).
     # A sparser pattern (1:4, 2:8, ...) runs on the sparse tensor cores at 2:4's speed only: the TW route, which
     # skips all its pruned K, comes first wherever it can run, and the SpMV keeps the rows it is fastest for.
-    rows = x.shape[0]
+    rows = x.shape[0] if rows is None else rows
     tw_small = ("tw",) if packed.vector >= 32 else ()
     tw_route = ("tw",) if rows > SMALL_M else tw_small
     if (packed.kept, packed.m) == (2, 4):
