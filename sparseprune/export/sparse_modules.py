@@ -68,10 +68,12 @@ def im2col(
 ) -> tuple[torch.Tensor, int, int]:
     """The im2col matrix of x (B, C, H, W), as F.unfold orders it, in one copy: feature-major (C*kh*kw, B*oh*ow) or
     row-major (B*oh*ow, C*kh*kw); and the output grid (oh, ow). F.unfold writes (B, C*kh*kw, L), which either
-    layout then copies again once B > 1 (the row-major one always)."""
+    layout would copy again once B > 1 (the row-major one always), so it serves only one image feature-major."""
     batch, channels = x.shape[:2]
     (kh, kw), (dh, dw), (ph, pw), (sh, sw) = kernel_size, dilation, padding, stride
     out_h, out_w = conv_output_size(x, kernel_size, dilation, padding, stride)
+    if feature_major and batch == 1:  # F.unfold's own layout, and its kernel beats the strided copy (H200: 30 vs 33 us)
+        return F.unfold(x, kernel_size, dilation, padding, stride)[0], out_h, out_w
     padded = F.pad(x, (pw, pw, ph, ph)) if ph or pw else x
     sb, sc, sy, sx = padded.stride()
     windows = padded.as_strided(
