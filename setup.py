@@ -67,6 +67,7 @@ def _extensions() -> tuple[list, dict]:
         "kernels_ext/tw_gemm_sm90.cu",
         "kernels_ext/tw_gemm_sm90_ws.cu",
         "kernels_ext/nm_gemm.cu",
+        "kernels_ext/im2col.cu",
     ]
     include_dirs = [str(ROOT / "kernels_ext")]
     cxx_flags, nvcc_flags = ["-O3"], ["-O3"]  # torch picks the C++ standard it needs

@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 
+#include "im2col.h"
 #include "nm_gemm.h"
 #include "tw_gemm.h"
 
@@ -271,6 +272,52 @@ at::Tensor nm_matmul(const at::Tensor& x, const at::Tensor& values, const at::Te
   return y;
 }
 
+// im2col of a convolution input x (B, C, H, W; fp16/bf16 on CUDA, any strides) into the feature-major matrix
+// (C*kh*kw, B*oh*ow) that a TW weight's kernel reads, in one pass.
+at::Tensor im2col_feature_major(const at::Tensor& x, int64_t kh, int64_t kw, int64_t dh, int64_t dw, int64_t ph,
+                                int64_t pw, int64_t sh, int64_t sw) {
+  TORCH_CHECK(x.dim() == 4, "x must be 4-D (B, C, H, W), got ", num(x.dim()), "-D");
+  TORCH_CHECK(x.is_cuda(), "x must be a CUDA tensor");
+  const auto dtype = x.scalar_type();
+  TORCH_CHECK(dtype == at::kHalf || dtype == at::kBFloat16, "x must be float16 or bfloat16, got ", dtype);
+  TORCH_CHECK(kh >= 1 && kw >= 1 && dh >= 1 && dw >= 1 && sh >= 1 && sw >= 1 && ph >= 0 && pw >= 0,
+              "kernel size, dilation and stride must be positive and padding non-negative");
+  const int64_t height = x.size(2), width = x.size(3);
+  const int64_t out_h = (height + 2 * ph - dh * (kh - 1) - 1) / sh + 1;
+  const int64_t out_w = (width + 2 * pw - dw * (kw - 1) - 1) / sw + 1;
+  TORCH_CHECK(height + 2 * ph >= dh * (kh - 1) + 1 && width + 2 * pw >= dw * (kw - 1) + 1,
+              "input ", num(height), " x ", num(width), " is smaller than the dilated kernel with its padding");
+  TORCH_CHECK(x.numel() < (int64_t{1} << 40), "x is too large");
+  const c10::cuda::CUDAGuard guard(x.device());
+  at::Tensor out = at::empty({x.size(1) * kh * kw, x.size(0) * out_h * out_w}, x.options());
+  if (out.numel() == 0) return out;
+  sparseprune::im2col::Problem p{};
+  p.x = static_cast<const uint16_t*>(x.data_ptr());
+  p.stride_b = x.stride(0);
+  p.stride_c = x.stride(1);
+  p.stride_h = x.stride(2);
+  p.stride_w = x.stride(3);
+  p.batch = static_cast<int>(x.size(0));
+  p.channels = static_cast<int>(x.size(1));
+  p.height = static_cast<int>(height);
+  p.width = static_cast<int>(width);
+  p.kh = static_cast<int>(kh);
+  p.kw = static_cast<int>(kw);
+  p.dh = static_cast<int>(dh);
+  p.dw = static_cast<int>(dw);
+  p.ph = static_cast<int>(ph);
+  p.pw = static_cast<int>(pw);
+  p.sh = static_cast<int>(sh);
+  p.sw = static_cast<int>(sw);
+  p.out_h = static_cast<int>(out_h);
+  p.out_w = static_cast<int>(out_w);
+  p.out = static_cast<uint16_t*>(out.data_ptr());
+  p.stream = c10::cuda::getCurrentCUDAStream(x.device().index()).stream();
+  const char* err = sparseprune::im2col::launch_im2col_feature_major(p);
+  TORCH_CHECK(err == nullptr, "im2col_feature_major failed: ", err ? err : "");
+  return out;
+}
+
 #ifdef SPARSEPRUNE_SP24
 namespace sp24 = sparseprune::sp24;
 
@@ -391,6 +438,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         pybind11::arg("x"), pybind11::arg("values"), pybind11::arg("idx"), pybind11::arg("bias"), pybind11::arg("K"),
         pybind11::arg("N"), pybind11::arg("m"), pybind11::arg("kept"), pybind11::arg("vector"),
         pybind11::arg("activation"));
+  m.def("im2col_feature_major", &im2col_feature_major,
+        "im2col of x (B, C, H, W) into (C*kh*kw, B*oh*ow), the feature-major layout of the TW kernels",
+        pybind11::arg("x"), pybind11::arg("kh"), pybind11::arg("kw"), pybind11::arg("dh"), pybind11::arg("dw"),
+        pybind11::arg("ph"), pybind11::arg("pw"), pybind11::arg("sh"), pybind11::arg("sw"));
 #ifdef SPARSEPRUNE_SP24
   m.def("sp24_available", &sp24::available, "True when the 2:4 kernels hold sm_90a code that this device runs");
   m.def("sp24_compress", &sp24_compress, "Compresses a 2:4 weight W (N x K) into values and CUTLASS metadata",

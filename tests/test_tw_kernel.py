@@ -14,7 +14,7 @@ from random_masks import random_nm_mask, random_tw_mask
 from sparseprune.export.formats.extension import load_kernels
 from sparseprune.export.formats.nm import pack_nm
 from sparseprune.export.formats.tw import pack_tw, tw_matmul, tw_matmul_reference
-from sparseprune.export.sparse_modules import SparseConv2d
+from sparseprune.export.sparse_modules import SparseConv2d, im2col
 
 pytestmark = [
     pytest.mark.gpu,
@@ -258,3 +258,34 @@ def test_sparse_conv_feature_major_matches_fp32_conv(weight: str) -> None:
         ref = F.conv2d(x.float(), masked, conv.bias.detach().float().cuda(), padding=1)
         err = rel_err(sparse(x), ref)
         assert err <= KERNEL_TOLERANCE[torch.float16], f"{weight} batch {batch} {side} x {side}: {err:.2e}"
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize(
+    ("kernel_size", "dilation", "padding", "stride"),
+    [((3, 3), (1, 1), (1, 1), (1, 1)), ((3, 2), (2, 1), (0, 2), (2, 3)), ((1, 1), (1, 1), (0, 0), (1, 1))],
+)
+def test_im2col_kernel_matches_unfold(dtype: torch.dtype, kernel_size, dilation, padding, stride) -> None:
+    """The extension's feature-major im2col against F.unfold, bit for bit: contiguous NCHW, the channel-major view
+    SparseConv2d returns for several images, and output counts with and without 16-byte rows."""
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    for batch, channels, height, width in ((1, 8, 14, 14), (3, 5, 11, 9), (4, 16, 28, 28)):
+        channel_major = torch.randn(channels, batch, height, width, generator=gen, device="cuda").to(dtype)
+        for x in (channel_major.transpose(0, 1).contiguous(), channel_major.transpose(0, 1)):
+            columns, _, _ = im2col(x, kernel_size, dilation, padding, stride, feature_major=True)
+            expected = F.unfold(x.float(), kernel_size, dilation, padding, stride)
+            expected = expected.transpose(0, 1).reshape(expected.shape[1], -1).to(dtype)
+            assert columns.is_contiguous() and torch.equal(columns, expected), f"{tuple(x.shape)} {x.stride()}"
+
+
+def test_im2col_kernel_rejects_bad_input() -> None:
+    kernels = load_kernels()
+    x = torch.randn(1, 2, 5, 5, device="cuda", dtype=torch.float16)
+    with pytest.raises(RuntimeError, match="4-D"):
+        kernels.im2col_feature_major(x[0], 3, 3, 1, 1, 1, 1, 1, 1)
+    with pytest.raises(RuntimeError, match="float16 or bfloat16"):
+        kernels.im2col_feature_major(x.float(), 3, 3, 1, 1, 1, 1, 1, 1)
+    with pytest.raises(RuntimeError, match="smaller than the dilated kernel"):
+        kernels.im2col_feature_major(x, 7, 7, 1, 1, 0, 0, 1, 1)
+    with pytest.raises(RuntimeError, match="must be positive"):
+        kernels.im2col_feature_major(x, 3, 3, 1, 1, 1, 1, 0, 1)
