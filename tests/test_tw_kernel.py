@@ -267,15 +267,19 @@ def test_sparse_conv_feature_major_matches_fp32_conv(weight: str) -> None:
 )
 def test_im2col_kernel_matches_unfold(dtype: torch.dtype, kernel_size, dilation, padding, stride) -> None:
     """The extension's feature-major im2col against F.unfold, bit for bit: contiguous NCHW, the channel-major view
-    SparseConv2d returns for several images, and output counts with and without 16-byte rows."""
+    SparseConv2d returns for several images, and output counts with and without 16-byte rows; both directly and
+    through im2col(), which keeps F.unfold for one image."""
+    kernels = load_kernels()
     gen = torch.Generator(device="cuda").manual_seed(0)
     for batch, channels, height, width in ((1, 8, 14, 14), (3, 5, 11, 9), (4, 16, 28, 28)):
         channel_major = torch.randn(channels, batch, height, width, generator=gen, device="cuda").to(dtype)
         for x in (channel_major.transpose(0, 1).contiguous(), channel_major.transpose(0, 1)):
-            columns, _, _ = im2col(x, kernel_size, dilation, padding, stride, feature_major=True)
             expected = F.unfold(x.float(), kernel_size, dilation, padding, stride)
             expected = expected.transpose(0, 1).reshape(expected.shape[1], -1).to(dtype)
-            assert columns.is_contiguous() and torch.equal(columns, expected), f"{tuple(x.shape)} {x.stride()}"
+            direct = kernels.im2col_feature_major(x, *kernel_size, *dilation, *padding, *stride)
+            columns, _, _ = im2col(x, kernel_size, dilation, padding, stride, feature_major=True)
+            for got in (direct, columns):
+                assert got.is_contiguous() and torch.equal(got, expected), f"{tuple(x.shape)} {x.stride()}"
 
 
 def test_im2col_kernel_rejects_bad_input() -> None:

@@ -68,17 +68,17 @@ def im2col(
     feature_major: bool,
 ) -> tuple[torch.Tensor, int, int]:
     """The im2col matrix of x (B, C, H, W), as F.unfold orders it, in one pass: feature-major (C*kh*kw, B*oh*ow) or
-    row-major (B*oh*ow, C*kh*kw); and the output grid (oh, ow). Feature-major on CUDA in fp16/bf16 is the extension's
-    im2col kernel; elsewhere a strided copy of the padded input, except one image feature-major, which is F.unfold's
-    own layout (F.unfold writes (B, C*kh*kw, L), which either layout would copy again once B > 1)."""
+    row-major (B*oh*ow, C*kh*kw); and the output grid (oh, ow). One image feature-major is F.unfold's own layout;
+    several are the extension's im2col kernel on CUDA in fp16/bf16 (F.unfold writes (B, C*kh*kw, L), which would
+    need a second copy); the rest is a strided copy of the padded input."""
     batch, channels = x.shape[:2]
     (kh, kw), (dh, dw), (ph, pw), (sh, sw) = kernel_size, dilation, padding, stride
     out_h, out_w = conv_output_size(x, kernel_size, dilation, padding, stride)
+    if feature_major and batch == 1:  # F.unfold's own layout; its kernel is as fast for one image (H200)
+        return F.unfold(x, kernel_size, dilation, padding, stride)[0], out_h, out_w
     kernels = load_kernels()
     if feature_major and kernels is not None and x.is_cuda and x.dtype in KERNEL_DTYPES:
         return kernels.im2col_feature_major(x, kh, kw, dh, dw, ph, pw, sh, sw), out_h, out_w
-    if feature_major and batch == 1:  # F.unfold's own layout, and its kernel beats the strided copy (H200: 30 vs 33 us)
-        return F.unfold(x, kernel_size, dilation, padding, stride)[0], out_h, out_w
     padded = F.pad(x, (pw, pw, ph, ph)) if ph or pw else x
     sb, sc, sy, sx = padded.stride()
     windows = padded.as_strided(
