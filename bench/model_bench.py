@@ -26,6 +26,7 @@ from sparseprune.export.swap import sparsify
 from sparseprune.gemm_view import find_prunable, from_gemm, to_gemm
 from sparseprune.models.vgg import build_vgg16, vgg16_dense_layers
 from sparseprune.patterns import build_pattern, keep_mask
+from sparseprune.patterns.base import Pattern
 
 log = logging.getLogger("model_bench")
 
@@ -52,11 +53,15 @@ LEGEND = (
 )
 
 
+def pattern_structure(pattern: dict[str, Any]) -> Pattern:
+    """The pattern object of one PATTERNS entry (its config dict, as export's pack_layer reads it)."""
+    return build_pattern(pattern["name"], **{k: v for k, v in pattern.items() if k != "name"})
+
+
 def prune_in_place(model: torch.nn.Module, pattern: dict[str, Any], sparsity: float) -> tuple[dict[str, Any], float]:
     """Masks every prunable weight of `model` to `pattern` at `sparsity` (an N:M pattern fixes its own); returns the
     packed layers and the sparsity."""
-    options = {k: v for k, v in pattern.items() if k != "name"}
-    structure = build_pattern(pattern["name"], **options)
+    structure = pattern_structure(pattern)
     target = structure.fixed_sparsity() or sparsity
     packed = {}
     for weight in find_prunable(model, vgg16_dense_layers(model)):
@@ -84,8 +89,8 @@ def run_case(name: str, sparsity: float, batches: list[int], dense_times: dict[i
         x = torch.randn(batch, 3, 224, 224, device="cuda")
         with torch.inference_mode():
             ref = masked32(x)
-            err = relative_error(sparse(x.half()), ref)
             xh = x.half()
+            err = relative_error(sparse(xh), ref)
             t_sparse = time_cuda(lambda xh=xh: sparse(xh)).median_us
         rows.append({"pattern": name, "sparsity": target, "batch": batch, "dense_us": dense_times[batch],
                      "sparse_us": t_sparse, "speedup": dense_times[batch] / t_sparse, "rel_err": err,
@@ -117,7 +122,7 @@ def main() -> None:
     dense = dense_times(args.batches)
     rows: list[dict[str, Any]] = []
     for name in args.patterns:
-        fixed = "n" in PATTERNS[name]
+        fixed = pattern_structure(PATTERNS[name]).fixed_sparsity() is not None
         for sparsity in args.sparsities[:1] if fixed else args.sparsities:
             rows += run_case(name, sparsity, args.batches, dense)
             if args.out:

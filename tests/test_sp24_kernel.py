@@ -205,6 +205,19 @@ SHAPES = [
 ]
 
 
+def _gpu_case(
+    i: int, rows: int, k: int, n: int, seed: int, kept: int = 2, m: int = 4, vector: int = 1
+) -> tuple[PackedNM, torch.Tensor, torch.Tensor, torch.Tensor, torch.Generator]:
+    """Shape i of SHAPES on the GPU, fp16 and bf16 by turns: the packing, the masked B, x, a bias, and the generator
+    that drew them (for any further input)."""
+    dtype = (torch.float16, torch.bfloat16)[i % 2]
+    packed, b = _packed(k, n, kept, m, vector, seed=seed, dtype=dtype)
+    gen = torch.Generator(device="cuda").manual_seed(i)
+    x = torch.randn(rows, k, generator=gen, device="cuda").to(dtype)
+    bias = torch.randn(n, generator=gen, device="cuda").to(dtype)
+    return packed.to("cuda", dtype), b.cuda(), x, bias, gen
+
+
 @requires_sp24
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("vector", [1, 8])
@@ -229,16 +242,11 @@ def test_each_tile_matches_fp32_reference(tile: str) -> None:
     """Every CTA tile reads the one compressed weight, whichever the shape rule would pick."""
     activations = itertools.cycle([None, "relu", "gelu"])
     for i, (rows, k, n) in enumerate(SHAPES):
-        dtype = (torch.float16, torch.bfloat16)[i % 2]
-        packed, b = _packed(k, n, seed=10 + i, dtype=dtype)
-        weight = sp24_view(packed.to("cuda", dtype))
-        gen = torch.Generator(device="cuda").manual_seed(i)
-        x = torch.randn(rows, k, generator=gen, device="cuda").to(dtype)
-        bias = torch.randn(n, generator=gen, device="cuda").to(dtype)
+        packed, b, x, bias, _ = _gpu_case(i, rows, k, n, seed=10 + i)
         act = next(activations)
-        y = weight.matmul(x, bias, act, tile=tile)
-        err = rel_err(y, dense_reference(x, b.cuda(), bias, act, dtype=torch.float32))
-        assert err <= KERNEL_TOLERANCE[dtype], f"{tile} M={rows} K={k} N={n} {act}: {err:.2e}"
+        y = sp24_view(packed).matmul(x, bias, act, tile=tile)
+        err = rel_err(y, dense_reference(x, b, bias, act, dtype=torch.float32))
+        assert err <= KERNEL_TOLERANCE[x.dtype], f"{tile} M={rows} K={k} N={n} {act}: {err:.2e}"
 
 
 @requires_sp24
@@ -265,17 +273,12 @@ def test_other_patterns_match_fp32_reference(kept: int, m: int, vector: int) -> 
     for i, (rows, k, n) in enumerate(SHAPES):
         if k % m:
             continue
-        dtype = (torch.float16, torch.bfloat16)[i % 2]
-        packed, b = _packed(k, n, kept, m, vector, seed=20 + i, dtype=dtype)
-        packed = packed.to("cuda", dtype)
-        gen = torch.Generator(device="cuda").manual_seed(i)
-        x = torch.randn(rows, k, generator=gen, device="cuda").to(dtype)
-        bias = torch.randn(n, generator=gen, device="cuda").to(dtype)
+        packed, b, x, bias, _ = _gpu_case(i, rows, k, n, seed=20 + i, kept=kept, m=m, vector=vector)
         act = next(activations)
-        ref = dense_reference(x, b.cuda(), bias, act, dtype=torch.float32)
+        ref = dense_reference(x, b, bias, act, dtype=torch.float32)
         for kernel in ("sp24", "auto"):
             err = rel_err(nm_matmul(x, packed, bias, act, kernel=kernel), ref)
-            assert err <= KERNEL_TOLERANCE[dtype], f"{kept}:{m} V={vector} {kernel} M={rows} K={k} N={n}: {err:.2e}"
+            assert err <= KERNEL_TOLERANCE[x.dtype], f"{kept}:{m} V={vector} {kernel} M={rows} K={k} N={n}: {err:.2e}"
     packed, _ = _packed(256, 128, kept, m, vector)
     packed = packed.to("cuda", torch.float16)
     assert auto_route(torch.empty(17, 256, device="cuda", dtype=torch.float16), packed) == "sp24"
@@ -289,18 +292,13 @@ def test_source_is_added_by_each_tile(tile: str) -> None:
     applied after the sum."""
     activations = itertools.cycle(["gelu", None, "relu"])
     for i, (rows, k, n) in enumerate(SHAPES):
-        dtype = (torch.float16, torch.bfloat16)[i % 2]
-        packed, b = _packed(k, n, seed=30 + i, dtype=dtype)
-        weight = sp24_view(packed.to("cuda", dtype))
-        gen = torch.Generator(device="cuda").manual_seed(i)
-        x = torch.randn(rows, k, generator=gen, device="cuda").to(dtype)
-        source = torch.randn(rows, n, generator=gen, device="cuda").to(dtype)
-        bias = torch.randn(n, generator=gen, device="cuda").to(dtype)
+        packed, b, x, bias, gen = _gpu_case(i, rows, k, n, seed=30 + i)
+        source = torch.randn(rows, n, generator=gen, device="cuda").to(x.dtype)
         act = next(activations)
-        y = weight.matmul(x, bias, act, tile=tile, source=source)
-        ref = apply_epilogue(x.float() @ b.cuda() + source.float(), bias.float(), act)
+        y = sp24_view(packed).matmul(x, bias, act, tile=tile, source=source)
+        ref = apply_epilogue(x.float() @ b + source.float(), bias.float(), act)
         err = rel_err(y, ref)
-        assert err <= KERNEL_TOLERANCE[dtype], f"{tile} M={rows} K={k} N={n} {act}: {err:.2e}"
+        assert err <= KERNEL_TOLERANCE[x.dtype], f"{tile} M={rows} K={k} N={n} {act}: {err:.2e}"
 
 
 @requires_sp24

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -106,20 +104,21 @@ class SparseConv2d(SparseLinear):
                              f"padding_mode={conv.padding_mode!r}")  # fmt: skip
         self.geometry = (conv.kernel_size, conv.dilation, conv.padding, conv.stride)
 
-    def _reads_feature_major(self, packed: PackedWeight, x: torch.Tensor) -> bool:
-        """TW always; N:M where auto takes the TW kernels for this many rows; the other formats read rows."""
+    def _feature_major_weight(self, packed: PackedWeight, x: torch.Tensor, rows: int) -> PackedTW | None:
+        """The TW weight that computes this call feature-major: TW itself, the TW twin of an N:M weight where auto
+        takes the TW kernels for these rows, else None (the format reads rows)."""
         if isinstance(packed, PackedTW):
-            return True
-        rows = x.shape[0] * math.prod(conv_output_size(x, *self.geometry))
-        return isinstance(packed, PackedNM) and packed.runs_feature_major(x, rows)
+            return packed
+        return packed.feature_major_twin(x, rows) if isinstance(packed, PackedNM) else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         batch = x.shape[0]
         packed = self.packed
-        feature_major = self._reads_feature_major(packed, x)
-        columns, out_h, out_w = im2col(x, *self.geometry, feature_major)
-        if feature_major:
-            yt = packed.matmul_feature_major(columns, self.bias)  # (N, B*L)
+        out_h, out_w = conv_output_size(x, *self.geometry)
+        weight = self._feature_major_weight(packed, x, batch * out_h * out_w)
+        columns, _, _ = im2col(x, *self.geometry, feature_major=weight is not None)
+        if weight is not None:
+            yt = weight.matmul_feature_major(columns, self.bias)  # (N, B*L)
             return yt.reshape(-1, batch, out_h, out_w).transpose(0, 1)  # contiguous for one image
         y = packed.matmul(columns, self.bias)  # (B*L, N)
         return y.reshape(batch, out_h, out_w, -1).permute(0, 3, 1, 2)

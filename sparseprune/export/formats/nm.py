@@ -119,21 +119,10 @@ class PackedNM(TensorBundleMixin):
         """y = act(x @ B + bias) for x (..., K): the CUDA kernels for fp16/bf16 CUDA inputs, else the reference."""
         return nm_matmul(x, self, bias, activation)
 
-    def runs_feature_major(self, like: torch.Tensor, rows: int) -> bool:
-        """Whether auto runs `rows` rows of an x on like's device and dtype on the TW route, which reads x
-        feature-major (the other routes read it row-major)."""
-        return auto_route(like, self, rows) == "tw"
-
-    def matmul_feature_major(
-        self, xt: torch.Tensor, bias: torch.Tensor | None = None, activation: str | None = None
-    ) -> torch.Tensor:
-        """yT = act(x @ B + bias)^T from xT (K, M), as PackedTW's: feature-major through the TW route where auto takes
-        it (runs_feature_major), else the transposed views of matmul (so y may be a strided view)."""
-        if xt.dim() != 2 or xt.shape[0] != self.shape[0]:
-            raise UserError(f"feature-major x must be (K={self.shape[0]}, M), got {tuple(xt.shape)}")
-        if self.runs_feature_major(xt, xt.shape[1]):
-            return tw_view(self).matmul_feature_major(xt, bias, activation)
-        return self.matmul(xt.t(), bias, activation).t()
+    def feature_major_twin(self, like: torch.Tensor, rows: int) -> PackedTW | None:
+        """The PackedTW twin auto runs `rows` rows of an x on like's device and dtype on (the TW route, which reads x
+        feature-major), or None where it takes a route that reads x row-major."""
+        return tw_view(self) if auto_route(like, self, rows) == "tw" else None
 
 
 def pack_nm(weight_kn: torch.Tensor, keep: torch.Tensor, m: int, vector: int = 1) -> PackedNM:
