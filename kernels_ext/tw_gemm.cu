@@ -11,7 +11,6 @@
 #include <algorithm>
 #include <type_traits>
 
-#include "cluster_sum.cuh"
 #include "tw_device.cuh"
 
 namespace sparseprune {
@@ -57,39 +56,31 @@ __device__ __forceinline__ int swizzle(int row, int chunk) {
   }
 }
 
-// StagesRows (the small-M configurations): every K split of a launch has the same length, whatever the tile's kept
-// K, and a CTA first copies its rows' indices into shared memory, behind the stages. Their K steps are so short that
-// fetching each step's indices one step ahead put that load's latency on every step, and that splitting each tile
-// into the same number of pieces left the CTAs of the heaviest tiles streaming long after the others had finished.
-template <int BM, int BN, int WarpsM, int WarpsN, int Stages, bool StagesRows = false>
+// StagedRows > 0 (the small-M configurations): every K split is StagedRows kept rows long, whatever the tile's kept
+// K, and a CTA first copies its rows' indices into shared memory. Their K steps are so short that fetching each
+// step's indices one step ahead put that load's latency on every step, and that splitting each tile into the same
+// number of pieces left the CTAs of the heaviest tiles streaming long after the others had finished.
+template <int BM, int BN, int WarpsM, int WarpsN, int Stages, int StagedRows = 0>
 struct MmaConfig {
-  static constexpr int kBM = BM, kBN = BN, kBK = kKStep, kStages = Stages;
-  static constexpr bool kStagesRows = StagesRows;
+  static constexpr int kBM = BM, kBN = BN, kBK = kKStep, kStages = Stages, kStagedRows = StagedRows;
   static constexpr int kThreads = WarpsM * WarpsN * 32;
   static constexpr int kWM = BM / WarpsM, kWN = BN / WarpsN;
   static constexpr int kMI = kWM / 16, kNI = kWN / 8;
   static constexpr int kAChunks = BM / 8, kBChunks = BN / 8;
   // A-loader chunks per thread; with fewer chunks than threads (16-row blocks) only the first threads load A.
   static constexpr int kAIters = (kBK * kAChunks + kThreads - 1) / kThreads;
-  static constexpr int kPipeBytes = Stages * kBK * (BM + BN) * 2;
+  static constexpr int kPipeBytes = Stages * kBK * (BM + BN) * 2 + StagedRows * 4;
   static constexpr int kEpiBytes = StagedTile<BM, BN>::kBytes;
-  // Shared memory of a launch whose splits are split_rows kept rows long (0: the rows are not staged).
-  static constexpr int smem_bytes(int split_rows) {
-    const int pipe = kPipeBytes + (StagesRows ? split_rows * 4 : 0);
-    return pipe > kEpiBytes ? pipe : kEpiBytes;
-  }
+  static constexpr int kSmemBytes = kPipeBytes > kEpiBytes ? kPipeBytes : kEpiBytes;
   static_assert(kNI % 2 == 0 && kWM % 16 == 0, "warp tile");
   static_assert(kBK * kAChunks % kThreads == 0 || kAIters == 1, "A loader split");
+  static_assert(StagedRows % kBK == 0, "whole K steps of staged indices");
 };
 
-// One CTA = (tile, M block, K split) of the tensor-core path; x is feature-major: x[k*ldx + m]. The splits of one
-// (tile, M block) are consecutive CTAs. split_steps: the K steps of every split (configurations that stage their
-// rows), else 0 for an even share of each tile's steps. cluster_sum: the splits form one cluster and add their
-// partial sums there (cluster_sum.cuh), else they add them into the workspace for the finalize pass.
+// One CTA = (tile, M block, K split) of the tensor-core path; x is feature-major: x[k*ldx + m].
 template <typename T, typename Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads)
-    tw_mma_kernel(PackedTile w, Problem p, int m_blocks, int splits, int split_steps, bool cluster_sum,
-                  bool feature_major_out) {
+    tw_mma_kernel(PackedTile w, Problem p, int m_blocks, int splits, bool feature_major_out) {
   constexpr int BM = Cfg::kBM, BN = Cfg::kBN, BK = Cfg::kBK, kStages = Cfg::kStages;
   constexpr int kThreads = Cfg::kThreads, kWarpsN = BN / Cfg::kWN;
   constexpr int MI = Cfg::kMI, NI = Cfg::kNI, ACH = Cfg::kAChunks, BCH = Cfg::kBChunks;
@@ -99,23 +90,22 @@ __global__ void __launch_bounds__(Cfg::kThreads)
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wm = warp / kWarpsN, wn = warp % kWarpsN;
-  const int split = blockIdx.x % splits;
-  const int rest = blockIdx.x / splits;
-  const int mb = rest % m_blocks, tile = rest / m_blocks;
+  const int mb = blockIdx.x % m_blocks;
+  const int rest = blockIdx.x / m_blocks;
+  const int split = rest % splits, tile = rest / splits;
 
   const T* x = static_cast<const T*>(p.x);
   const T* vals = static_cast<const T*>(w.values);
   const int64_t ldx = p.sxk, M = p.M, m0 = static_cast<int64_t>(mb) * BM;
   const int p0 = w.tile_ptr[tile];
   const int ksteps = (w.tile_ptr[tile + 1] - p0) / BK;
-  const int per_split = split_steps > 0 ? split_steps : (ksteps + splits - 1) / splits;
+  const int per_split = Cfg::kStagedRows > 0 ? Cfg::kStagedRows / BK : (ksteps + splits - 1) / splits;
   const int s0 = split * per_split, s1 = min(ksteps, s0 + per_split);
-  // A split past the tile's kept K: the workspace already holds its zeros, or it adds zeros in the cluster.
-  if (splits > 1 && s0 >= s1 && !cluster_sum) return;
+  if (splits > 1 && s0 >= s1) return;  // the workspace already holds zeros for this slice
 
-  // The CTA's kept-row indices in shared memory (kStagesRows).
+  // The CTA's kept-row indices in shared memory (StagedRows > 0).
   int* s_rows = reinterpret_cast<int*>(s_b + kStages * BK * BN);
-  if constexpr (Cfg::kStagesRows) {
+  if constexpr (Cfg::kStagedRows > 0) {
     const int4* src = reinterpret_cast<const int4*>(w.rows + p0 + s0 * BK);
     for (int i = tid; i < max(0, s1 - s0) * BK / 4; i += kThreads) {
       cp_async16(s_rows + i * 4, src + i, 16);
@@ -131,7 +121,7 @@ __global__ void __launch_bounds__(Cfg::kThreads)
       const int r = (tid + j * kThreads) / ACH;
       if (r >= BK || ks >= s1) {
         row_idx[j] = -1;
-      } else if constexpr (Cfg::kStagesRows) {
+      } else if constexpr (Cfg::kStagedRows > 0) {
         row_idx[j] = ld_shared_s32(s_rows + (ks - s0) * BK + r);
       } else {
         row_idx[j] = w.rows[p0 + ks * BK + r];
@@ -216,7 +206,7 @@ __global__ void __launch_bounds__(Cfg::kThreads)
   cp_async_wait<0>();
 
   const int g = lane >> 2, t4 = lane & 3;
-  if (splits > 1 && !cluster_sum) {  // partial sums into the workspace; the finalize kernel applies the epilogue
+  if (splits > 1) {  // partial sums into the workspace; the finalize kernel applies the epilogue
 #pragma unroll
     for (int i = 0; i < MI; ++i)
 #pragma unroll
@@ -230,8 +220,7 @@ __global__ void __launch_bounds__(Cfg::kThreads)
     return;
   }
 
-  // Direct epilogue: stage fp32 results in shared memory, then write G columns through `cols` (in a cluster, the
-  // CTA of rank 0 once it holds the sum of every split).
+  // Direct epilogue: stage fp32 results in shared memory, then write G columns through `cols`.
   __syncthreads();
   using Staged = StagedTile<BM, BN>;
   float* s_c = reinterpret_cast<float*>(smem);
@@ -243,15 +232,12 @@ __global__ void __launch_bounds__(Cfg::kThreads)
       Staged::put(s_c, r, n, acc[i][j][0], acc[i][j][1], feature_major_out);
       Staged::put(s_c, r + 8, n, acc[i][j][2], acc[i][j][3], feature_major_out);
     }
-  const bool stores = !cluster_sum || sum_over_cluster(s_c, Staged::kFloats, tid, kThreads);
-  if (stores) {
-    Staged::template stage_columns<T, kThreads>(s_c, w, p, tile, tid);
-    __syncthreads();
-    store_tile<T, BM, BN, kThreads>(s_c, w, p, m0, feature_major_out, tid);
-  }
+  Staged::template stage_columns<T, kThreads>(s_c, w, p, tile, tid);
+  __syncthreads();
+
+  store_tile<T, BM, BN, kThreads>(s_c, w, p, m0, feature_major_out, tid);
   fill_pruned_share<T, (BM > kSmallM)>(w, p, static_cast<int64_t>(blockIdx.x) * kThreads + tid,
                                        static_cast<int64_t>(gridDim.x) * kThreads);
-  if (cluster_sum) leave_cluster();
 }
 
 // Small M (memory bound): CTA = (tile, slice of kGemvSliceCols columns, K split). Each lane streams value vectors
@@ -262,8 +248,8 @@ __global__ void __launch_bounds__(Cfg::kThreads)
 // chunk with all their loads in flight at once, from row indices it loaded a chunk ahead, and the chunk's first
 // value loads are issued before the gather: a gather that walked the chunk element by element, each load waiting
 // for its row index, set the kernel's length. Without a K split the CTA finishes its columns (bias, residual,
-// activation) and then takes its share of the pruned columns, so one launch is the whole call; K splits add their
-// partial sums in their cluster (cluster_sum), else into the fp32 workspace for the finalize pass.
+// activation) and then takes its share of the pruned columns, so one launch is the whole call; a K split adds
+// partial sums into the fp32 workspace for the finalize pass.
 constexpr int kGemvSliceCols = 32;
 constexpr int kGemvThreads = 256;
 constexpr int kGemvStageFloats = 8192;  // 32 KB of gathered x per chunk
@@ -305,12 +291,11 @@ struct GemvShape {
   static constexpr int kGatherRows = std::min(8, kGemvStageFloats / MaxM / kGemvThreads);  // per thread and chunk
   static constexpr int kChunkRows = kGatherRows * kGemvThreads;
   using Vec = std::conditional_t<kCols == 8, uint4, uint2>;
-  static_assert((kGemvThreads / 32 + 1) * MaxM * kGemvSliceCols <= kGemvStageFloats,
-                "the reduction and the cluster's sums reuse the staging");
+  static_assert(kGemvThreads / 32 * MaxM * kGemvSliceCols <= kGemvStageFloats, "the reduction reuses the staging");
 };
 
 template <typename T, int MaxM>
-__global__ void __launch_bounds__(kGemvThreads) tw_gemv_kernel(PackedTile w, Problem p, int k_split, bool cluster_sum) {
+__global__ void __launch_bounds__(kGemvThreads) tw_gemv_kernel(PackedTile w, Problem p, int k_split) {
   using Shape = GemvShape<MaxM>;
   using Vec = typename Shape::Vec;
   constexpr int kCols = Shape::kCols, kLanesN = Shape::kLanesN, kRowSlots = Shape::kRowSlots;
@@ -422,39 +407,25 @@ __global__ void __launch_bounds__(kGemvThreads) tw_gemv_kernel(PackedTile w, Pro
       for (int e = 0; e < kCols; ++e) s_x[(warp * MaxM + m) * kGemvSliceCols + lane * kCols + e] = acc[m][e];
   }
   __syncthreads();
-  const bool to_workspace = gridDim.y > 1 && !cluster_sum;
-  // Output t = (m, slice column): into the workspace after a K split, else finished into y.
-  const auto finish = [&](int t, float sum) {
-    const int m = t / kGemvSliceCols, pos = tile * w.granularity + slice * kGemvSliceCols + t % kGemvSliceCols;
-    const int col = w.cols[pos];
-    if (col < 0) return;  // padding of the last tile
-    if (to_workspace) {
-      atomicAdd(p.workspace + ws_index(w, p, m, pos), sum);
-      return;
-    }
-    float out[1] = {sum};
-    finish_output<T>(out, col, m, w, p);
-  };
-  float* s_sums = s_x + kWarps * MaxM * kGemvSliceCols;  // the CTA's sums for its cluster, [m][slice column]
+  const bool split = gridDim.y > 1;
   for (int t = tid; t < M * kGemvSliceCols; t += kGemvThreads) {
     const int m = t / kGemvSliceCols, c = t % kGemvSliceCols;
-    float sum = 0.0f;
+    const int pos = tile * w.granularity + slice * kGemvSliceCols + c;
+    const int col = w.cols[pos];
+    if (col < 0) continue;  // padding of the last tile
+    float s[1] = {0.0f};
 #pragma unroll
-    for (int i = 0; i < kWarps; ++i) sum += s_x[(i * MaxM + m) * kGemvSliceCols + c];
-    if (cluster_sum) {
-      s_sums[t] = sum;
-    } else {
-      finish(t, sum);
+    for (int i = 0; i < kWarps; ++i) s[0] += s_x[(i * MaxM + m) * kGemvSliceCols + c];
+    if (split) {
+      atomicAdd(p.workspace + ws_index(w, p, m, pos), s[0]);
+      continue;
     }
+    finish_output<T>(s, col, m, w, p);
   }
-  if (cluster_sum && sum_over_cluster(s_sums, M * kGemvSliceCols, tid, kGemvThreads)) {
-    for (int t = tid; t < M * kGemvSliceCols; t += kGemvThreads) finish(t, s_sums[t]);
+  if (!split) {
+    fill_pruned_share<T>(w, p, static_cast<int64_t>(blockIdx.x) * blockDim.x + tid,
+                         static_cast<int64_t>(gridDim.x) * blockDim.x);
   }
-  if (!to_workspace) {
-    const int64_t cta = static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x;
-    fill_pruned_share<T>(w, p, cta * blockDim.x + tid, static_cast<int64_t>(gridDim.x) * gridDim.y * blockDim.x);
-  }
-  if (cluster_sum) leave_cluster();
 }
 
 // Epilogue for the columns no tensor-core CTA wrote: every column after a split-K pass (all_columns), else
@@ -526,20 +497,9 @@ __global__ void __launch_bounds__(kTransposeThreads)
   }
 }
 
-// Most kept rows per split of the small-M configurations, whose indices a CTA stages behind its stages.
-constexpr int kSmallMMaxSplitRows = 2048;
-
 template <typename T, typename Cfg>
-const char* run_mma(const PackedTile& w, const Problem& p, const Plan& plan) {
-  constexpr auto kKernel = tw_mma_kernel<T, Cfg>;
-  if (const char* err = allow_dynamic_smem<kKernel, Cfg::smem_bytes(kSmallMMaxSplitRows)>()) return err;
-  const int m_blocks = cdiv(p.M, Cfg::kBM);
-  const int64_t ctas = static_cast<int64_t>(w.num_tiles) * m_blocks * plan.splits;
-  if (ctas > INT32_MAX) return "too many TW thread blocks for one launch";
-  const dim3 cluster(plan.cluster_sum ? plan.splits : 1);
-  return launch_clustered(kKernel, dim3(static_cast<unsigned>(ctas)), dim3(Cfg::kThreads),
-                          Cfg::smem_bytes(plan.split_rows), p.stream, cluster, w, p, m_blocks, plan.splits,
-                          plan.split_rows / Cfg::kBK, plan.cluster_sum, p.sym == 1);
+const char* run_mma(const PackedTile& w, const Problem& p, int splits) {
+  return launch_tiles<Cfg, tw_mma_kernel<T, Cfg>>(w, p, splits);
 }
 
 // CTA tiles per G: 128x128 (warp 64x32) for G=128; 256xG for the narrower tiles so a CTA still does enough work.
@@ -550,9 +510,9 @@ using Cfg32 = MmaConfig<256, 32, 8, 1, 4>;
 // values' bytes and each CTA streams only a few kilobytes per stage; a warp per 16 columns (G / 16 warps): with
 // fewer, one warp per scheduler issued the loop's address arithmetic and copies at a few cycles per instruction.
 constexpr int kSmallMBlock = 16, kSmallMSplitRows = 256;
-using Cfg128Small = MmaConfig<kSmallMBlock, 128, 1, 8, 8, true>;
-using Cfg64Small = MmaConfig<kSmallMBlock, 64, 1, 4, 8, true>;
-using Cfg32Small = MmaConfig<kSmallMBlock, 32, 1, 2, 8, true>;
+using Cfg128Small = MmaConfig<kSmallMBlock, 128, 1, 8, 8, kSmallMSplitRows>;
+using Cfg64Small = MmaConfig<kSmallMBlock, 64, 1, 4, 8, kSmallMSplitRows>;
+using Cfg32Small = MmaConfig<kSmallMBlock, 32, 1, 2, 8, kSmallMSplitRows>;
 
 int block_m(int G) { return G == 128 ? Cfg128::kBM : (G == 64 ? Cfg64::kBM : Cfg32::kBM); }
 
@@ -560,74 +520,42 @@ template <typename T>
 const char* dispatch_mma(const PackedTile& w, const Problem& p, const Plan& plan) {
   if (plan.block_m == kSmallMBlock) {
     switch (w.granularity) {
-      case 128: return run_mma<T, Cfg128Small>(w, p, plan);
-      case 64: return run_mma<T, Cfg64Small>(w, p, plan);
-      default: return run_mma<T, Cfg32Small>(w, p, plan);
+      case 128: return run_mma<T, Cfg128Small>(w, p, plan.splits);
+      case 64: return run_mma<T, Cfg64Small>(w, p, plan.splits);
+      default: return run_mma<T, Cfg32Small>(w, p, plan.splits);
     }
   }
   switch (w.granularity) {
-    case 128: return run_mma<T, Cfg128>(w, p, plan);
-    case 64: return run_mma<T, Cfg64>(w, p, plan);
-    case 32: return run_mma<T, Cfg32>(w, p, plan);
+    case 128: return run_mma<T, Cfg128>(w, p, plan.splits);
+    case 64: return run_mma<T, Cfg64>(w, p, plan.splits);
+    case 32: return run_mma<T, Cfg32>(w, p, plan.splits);
     default: return "granularity must be 32, 64 or 128";
   }
 }
 
-// Kept rows per split when `splits` pieces cover the heaviest tile (whole K steps).
-int split_rows_for(const PackedTile& w, int splits) {
-  return std::max(kKStep, cdiv(cdiv(w.max_tile_k, splits), kKStep) * kKStep);
-}
-
-// Splits that add up in a cluster: at most one cluster's worth, each at least kMinClusterSplitRows kept rows.
-constexpr int kMinClusterSplitRows = 128;
-int cluster_splits(const PackedTile& w, int64_t wanted) {
-  const int most = std::min(kMaxClusterSplits, std::max(1, w.max_tile_k / kMinClusterSplitRows));
-  return static_cast<int>(std::clamp<int64_t>(wanted, 1, most));
-}
-
-// K splits of the GEMV: none unless its CTAs would fill less than half the GPU (splitting K over more CTAs measured
-// slower, even without the workspace: every CTA repeats the gather's latency chain), then enough for about two CTAs
-// per SM, each with at least 256 kept rows; in clusters at most kMaxClusterSplits.
-void plan_gemv_splits(const PackedTile& w, const Problem& p, bool clusters, Plan& plan) {
+// K splits of the GEMV: none unless its CTAs would fill less than half the GPU, then enough for about two CTAs
+// per SM, each with at least 256 kept rows.
+int gemv_splits(const PackedTile& w, const Problem& p) {
   const int64_t ctas = static_cast<int64_t>(w.num_tiles) * (w.granularity / kGemvSliceCols);
-  plan.splits = 1;
-  if (2 * ctas < p.num_sms) {
-    plan.splits = static_cast<int>(std::min<int64_t>(cdiv(2 * p.num_sms, ctas), std::max(1, w.max_tile_k / 256)));
-  }
-  if (clusters) plan.splits = std::min(plan.splits, kMaxClusterSplits);
-  plan.cluster_sum = clusters && plan.splits > 1;
-  plan.split_rows = split_rows_for(w, plan.splits);
-}
-
-// K splits of the 16-row mma.sync configurations: pieces of kSmallMSplitRows kept rows, enough for the heaviest
-// tile, or in clusters at most kMaxClusterSplits longer pieces (while a CTA can stage their indices).
-void plan_small_m_splits(const PackedTile& w, bool clusters, Plan& plan) {
-  if (clusters) {
-    plan.splits = cluster_splits(w, kMaxClusterSplits);
-    plan.split_rows = split_rows_for(w, plan.splits);
-    plan.cluster_sum = plan.splits > 1;
-    if (plan.split_rows <= kSmallMMaxSplitRows) return;
-  }
-  plan.splits = std::max(1, cdiv(w.max_tile_k, kSmallMSplitRows));
-  plan.split_rows = kSmallMSplitRows;
-  plan.cluster_sum = false;
+  if (2 * ctas >= p.num_sms) return 1;
+  return static_cast<int>(std::min<int64_t>(cdiv(2 * p.num_sms, ctas), std::max(1, w.max_tile_k / 256)));
 }
 
 template <typename T, int MaxM>
-const char* run_gemv(const PackedTile& w, const Problem& p, const Plan& plan) {
-  const dim3 grid(w.num_tiles * (w.granularity / kGemvSliceCols), plan.splits);
-  const dim3 cluster(1, plan.cluster_sum ? plan.splits : 1);
-  return launch_clustered(tw_gemv_kernel<T, MaxM>, grid, dim3(kGemvThreads), 0, p.stream, cluster, w, p,
-                          plan.split_rows, plan.cluster_sum);
+const char* run_gemv(const PackedTile& w, const Problem& p, int splits) {
+  const int k_split = cdiv(cdiv(w.max_tile_k, splits), kKStep) * kKStep;
+  const dim3 grid(w.num_tiles * (w.granularity / kGemvSliceCols), splits);
+  tw_gemv_kernel<T, MaxM><<<grid, kGemvThreads, 0, p.stream>>>(w, p, std::max(k_split, kKStep));
+  return check_launch();
 }
 
 template <typename T>
-const char* dispatch_gemv(const PackedTile& w, const Problem& p, const Plan& plan) {
-  if (p.M <= 1) return run_gemv<T, 1>(w, p, plan);
-  if (p.M <= 2) return run_gemv<T, 2>(w, p, plan);
-  if (p.M <= 4) return run_gemv<T, 4>(w, p, plan);
-  if (p.M <= 8) return run_gemv<T, 8>(w, p, plan);
-  return run_gemv<T, 16>(w, p, plan);
+const char* dispatch_gemv(const PackedTile& w, const Problem& p, int splits) {
+  if (p.M <= 1) return run_gemv<T, 1>(w, p, splits);
+  if (p.M <= 2) return run_gemv<T, 2>(w, p, splits);
+  if (p.M <= 4) return run_gemv<T, 4>(w, p, splits);
+  if (p.M <= 8) return run_gemv<T, 8>(w, p, splits);
+  return run_gemv<T, 16>(w, p, splits);
 }
 
 template <typename T>
@@ -647,7 +575,9 @@ constexpr int kLongItemK = 1024;
 constexpr int64_t kWsSplitMaxM = 1024;
 
 int splits_for(const PackedTile& w, const Problem& p, int bm) {
-  // Split K only when the CTAs would fill less than half the GPU: a second wave costs as much as the
+  // Small M: pieces of kSmallMSplitRows kept rows each (the kernel's own rule), enough for the heaviest tile.
+  if (bm == kSmallMBlock) return std::max(1, cdiv(w.max_tile_k, kSmallMSplitRows));
+  // Otherwise split K only when the CTAs would fill less than half the GPU: a second wave costs as much as the
   // atomics and the finalize pass that splitting adds.
   const int64_t ctas = static_cast<int64_t>(w.num_tiles) * cdiv(p.M, bm);
   if (2 * ctas > p.num_sms) return 1;
@@ -663,7 +593,7 @@ const char* run(const PackedTile& w, const Problem& p) {
   const char* e = nullptr;
   switch (plan.path) {
     case Path::kGemv:
-      e = dispatch_gemv<T>(w, p, plan);
+      e = dispatch_gemv<T>(w, p, plan.splits);
       break;
     case Path::kWgmma:
       e = launch_wgmma(w, p, plan);
@@ -678,7 +608,7 @@ const char* run(const PackedTile& w, const Problem& p) {
       return "the requested TW kernel path is unavailable (wgmma needs an sm_90a build, a Hopper GPU and G 64/128)";
   }
   if (e != nullptr) return e;
-  if (plan.splits > 1 && !plan.cluster_sum) return run_finalize<T>(w, p, true);
+  if (plan.splits > 1) return run_finalize<T>(w, p, true);
   // Without a K split the GEMV and the mma.sync kernel finish every column themselves, and the warp-specialized
   // kernel a feature-major y's.
   if (plan.path == Path::kGemv || plan.path == Path::kMmaSync) return nullptr;
@@ -694,15 +624,13 @@ Plan make_plan(const PackedTile& w, const Problem& p) {
     // Above kGemvMaxM rows the GEMV's FMAs, not the weight bytes, would set its time: tensor cores take over where
     // x is feature-major with 16-byte rows (the binding transposes a row-major x into that form).
     const bool x_rows16 = p.sxm == 1 && p.sxk % 8 == 0 && reinterpret_cast<uintptr_t>(p.x) % 16 == 0;
-    // The sm_90 build on a Hopper GPU runs thread-block clusters, whose K splits add up without a workspace.
-    const bool clusters = wgmma_available();
     if (p.M > kGemvMaxM && x_rows16) {
       plan.path = Path::kMmaSync;
       plan.block_m = kSmallMBlock;
-      plan_small_m_splits(w, clusters, plan);
+      plan.splits = splits_for(w, p, plan.block_m);
     } else {
       plan.path = Path::kGemv;
-      plan_gemv_splits(w, p, clusters, plan);
+      plan.splits = gemv_splits(w, p);
     }
     return plan;
   }
@@ -733,8 +661,7 @@ Plan make_plan(const PackedTile& w, const Problem& p) {
 
 bool needs_workspace(const PackedTile& w, const Problem& p) {
   if (w.num_tiles == 0) return false;
-  const Plan plan = make_plan(w, p);
-  return plan.splits > 1 && !plan.cluster_sum;
+  return make_plan(w, p).splits > 1;
 }
 
 const char* launch_tw_matmul(const PackedTile& w, const Problem& p) {

@@ -54,14 +54,11 @@ struct Problem {
   cudaStream_t stream;
 };
 
-// How one call runs: kernel family, CTA rows, K splits (1 = direct epilogue, no workspace) and, for the small-M
-// kernels, the kept rows of each split and whether the splits add up in a thread-block cluster (no workspace).
+// How one call runs: kernel family, CTA rows, K splits (1 = direct epilogue, no workspace).
 struct Plan {
   Path path;
   int block_m;
   int splits;
-  int split_rows;
-  bool cluster_sum;
 };
 
 constexpr int kKStep = 32;  // kept K of every tile is padded to a multiple of this

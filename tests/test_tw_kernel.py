@@ -108,39 +108,6 @@ def test_small_m_matches_fp32_reference(dtype: torch.dtype, granularity: int) ->
         assert err_fm <= KERNEL_TOLERANCE[dtype], f"feature-major M={m} K={k} N={n}: rel err {err_fm:.2e}"
 
 
-def test_small_m_splits_add_up_in_clusters_and_repeat() -> None:
-    """On Hopper the small-M kernels split K over a thread-block cluster and add the partial sums there, in a fixed
-    order: fresh inputs match fp32 and repeated calls agree bit for bit. K 4104 with a few tiles takes up to eight
-    splits per tile in both kernels (M 1 and 4: the GEMV; M 16 feature-major: the 16-row tensor-core kernel)."""
-    if not _is_hopper():
-        pytest.skip("thread-block clusters need a Hopper GPU")
-    for m, g in [(1, 128), (4, 64), (16, 128), (16, 32)]:
-        packed, x, bias, ref = _case(m, 4104, 3 * g, g, torch.float16, seed=40 + m, residual=True, activation="gelu")
-        xt = x.t().contiguous()
-        first = packed.matmul_feature_major(xt, bias, "gelu")
-        assert rel_err(first.t(), ref) <= KERNEL_TOLERANCE[torch.float16], f"M={m} G={g}"
-        for _ in range(3):
-            torch.testing.assert_close(packed.matmul_feature_major(xt, bias, "gelu"), first, rtol=0, atol=0)
-
-
-def test_small_m_tile_longer_than_a_cluster_stages() -> None:
-    """A tile whose kept K needs splits longer than a 16-row CTA stages (eight of more than 2048 rows) takes the
-    workspace and finalize pass instead; the GEMV splits it in a cluster either way."""
-    k, n, g = 16648, 256, 128
-    gen = torch.Generator().manual_seed(11)
-    mask = torch.zeros(k, n, dtype=torch.bool)
-    mask[:, :g] = True  # one dense tile ...
-    mask[torch.randperm(k, generator=gen)[:300], g:] = True  # ... and a short one
-    packed = pack_tw(torch.randn(k, n, generator=gen) / math.sqrt(k), mask, g).to("cuda", torch.float16)
-    assert packed.max_tile_k > 8 * 2048
-    for m in (1, 16):
-        x = torch.randn(m, k, generator=gen).to("cuda", torch.float16)
-        bias = torch.randn(n, generator=gen).to("cuda", torch.float16)
-        ref = tw_matmul_reference(x.float(), packed.to("cuda", torch.float32), bias.float(), "relu")
-        y = packed.matmul_feature_major(x.t().contiguous(), bias, "relu").t()
-        assert rel_err(y, ref) <= KERNEL_TOLERANCE[torch.float16], f"M={m}"
-
-
 def test_repeated_calls_are_deterministic_without_split() -> None:
     packed, x, bias, _ = _case(512, 256, 512, 128, torch.float16, seed=7, residual=True, activation="gelu")
     first = packed.matmul(x, bias, "gelu")
