@@ -194,9 +194,9 @@ at::Tensor tw_matmul(const at::Tensor& x, const at::Tensor& values, const at::Te
     p.y_vec16 = aligned16(p.y);
   }
   at::Tensor workspace;
-  if (const int64_t floats = tw::workspace_floats(w, p); floats > 0) {
+  if (tw::needs_workspace(w, p)) {
     // Flat fp32 buffer; the kernels index it in the output's layout (see ws_index in tw_device.cuh).
-    workspace = at::zeros({floats}, opts.dtype(at::kFloat));
+    workspace = at::zeros({M * num_tiles * granularity}, opts.dtype(at::kFloat));
     p.workspace = workspace.data_ptr<float>();
   }
   const char* err = tw::launch_tw_matmul(w, p);

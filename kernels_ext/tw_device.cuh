@@ -64,26 +64,6 @@ __device__ __forceinline__ int64_t ws_index(const PackedTile& w, const Problem& 
   return p.sym == 1 ? pos * p.M + m : m * (static_cast<int64_t>(w.num_tiles) * w.granularity) + pos;
 }
 
-// Arrival counters of the small-M kernels' output blocks, behind the fp32 partial sums in the workspace.
-__device__ __forceinline__ int* split_counters(const PackedTile& w, const Problem& p) {
-  return reinterpret_cast<int*>(p.workspace + p.M * w.num_tiles * w.granularity);
-}
-
-// Split-K without a finalize launch: every thread of a CTA calls this after adding its partial sums into the
-// workspace; it returns true, in every thread, in the last of the block's `arrivals` CTAs to arrive on `counter`,
-// which may then read the totals (through L2, e.g. __ldcg) and finish the block itself. A finalize pass of its own
-// cost a launch and ~2 us at the decode sizes.
-__device__ __forceinline__ bool last_split_to_arrive(int* counter, int arrivals) {
-  __shared__ bool last;
-  __threadfence();  // this thread's partial sums are visible device-wide before the CTA counts itself in
-  __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(counter, 1) == arrivals - 1;
-  __syncthreads();
-  if (!last) return false;
-  __threadfence();  // and the other CTAs' sums are visible to this one
-  return true;
-}
-
 // The activation as a compile-time constant: a loop over many runs then holds only its own code. With the choice
 // made at run time inside such a loop, the compiler may evaluate the code of every activation (GELU's erf included)
 // and select, and the epilogue's issue time, not its stores, set its length.
@@ -414,21 +394,15 @@ __device__ __host__ __forceinline__ int64_t finalize_outputs(const PackedTile& w
 
 // Worker `worker` of `workers` walking an outer_n x inner_n grid of work: positions worker, worker + workers, ...
 // in row-major order, stepped with a carry instead of a 64-bit division per step. Empty when there is no work
-// (inner_n = 0) or no share of it (workers = 0, or worker past the work). The few divisions that place a worker are
-// 32-bit where the numbers fit, and skipped for a worker without work: the 64-bit ones are software routines, and a
-// kernel whose every thread took a share of the pruned columns spent microseconds issuing them.
+// (inner_n = 0) or no share of it (workers = 0).
 struct StridedWalk {
   __device__ __host__ __forceinline__ StridedWalk(int64_t outer_n, int64_t inner_n, int64_t worker, int64_t workers)
-      : outer_n_(inner_n <= 0 || workers <= 0 || worker >= outer_n * inner_n ? 0 : outer_n), inner_n_(inner_n) {
-    outer = inner = d_outer_ = d_inner_ = 0;
-    if (outer_n_ == 0) return;
-    if (inner_n <= INT32_MAX && worker <= INT32_MAX && workers <= INT32_MAX) {
-      const uint32_t per = static_cast<uint32_t>(inner_n), w = static_cast<uint32_t>(worker);
-      const uint32_t ws = static_cast<uint32_t>(workers);
-      d_outer_ = ws / per, d_inner_ = ws % per, outer = w / per, inner = w % per;
-    } else {
-      d_outer_ = workers / inner_n, d_inner_ = workers % inner_n, outer = worker / inner_n, inner = worker % inner_n;
-    }
+      : outer_n_(inner_n == 0 || workers <= 0 ? 0 : outer_n), inner_n_(inner_n) {
+    const int64_t per = inner_n > 0 ? inner_n : 1;
+    d_outer_ = workers / per;
+    d_inner_ = workers % per;
+    outer = worker / per;
+    inner = worker % per;
   }
   __device__ __host__ __forceinline__ bool done() const { return outer >= outer_n_; }
   // Moves to the worker's next position; only while !done().

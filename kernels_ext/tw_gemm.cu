@@ -101,11 +101,19 @@ __global__ void __launch_bounds__(Cfg::kThreads)
   const int ksteps = (w.tile_ptr[tile + 1] - p0) / BK;
   const int per_split = Cfg::kStagedRows > 0 ? Cfg::kStagedRows / BK : (ksteps + splits - 1) / splits;
   const int s0 = split * per_split, s1 = min(ksteps, s0 + per_split);
-  // A split past the tile's kept K adds nothing: the workspace already holds its zeros. The small-M configurations
-  // still count it in (see the epilogue), which writes no sums.
-  if (splits > 1 && s0 >= s1 && Cfg::kStagedRows == 0) return;
+  if (splits > 1 && s0 >= s1) return;  // the workspace already holds zeros for this slice
 
-  int* s_rows = reinterpret_cast<int*>(s_b + kStages * BK * BN);  // StagedRows > 0: the CTA's kept-row indices
+  // The CTA's kept-row indices in shared memory (StagedRows > 0).
+  int* s_rows = reinterpret_cast<int*>(s_b + kStages * BK * BN);
+  if constexpr (Cfg::kStagedRows > 0) {
+    const int4* src = reinterpret_cast<const int4*>(w.rows + p0 + s0 * BK);
+    for (int i = tid; i < max(0, s1 - s0) * BK / 4; i += kThreads) {
+      cp_async16(s_rows + i * 4, src + i, 16);
+    }
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
+  }
   int row_idx[Cfg::kAIters];  // kept-row indices of the next stage to issue, fetched one step early
   auto fetch_rows = [&](int ks) {
 #pragma unroll
@@ -120,8 +128,9 @@ __global__ void __launch_bounds__(Cfg::kThreads)
       }
     }
   };
-  auto load_a = [&](int stage, int ks) {
+  auto load_stage = [&](int stage, int ks) {
     T* sa = s_a + stage * BK * BM;
+    T* sb = s_b + stage * BK * BN;
 #pragma unroll
     for (int j = 0; j < Cfg::kAIters; ++j) {
       const int i = tid + j * kThreads, r = i / ACH, c = i % ACH;
@@ -131,9 +140,6 @@ __global__ void __launch_bounds__(Cfg::kThreads)
       const T* src = ok ? x + static_cast<int64_t>(row_idx[j]) * ldx + m : x;
       cp_async16(sa + r * BM + swizzle<ACH>(r, c) * 8, src, ok ? 16 : 0);
     }
-  };
-  auto load_b = [&](int stage, int ks) {
-    T* sb = s_b + stage * BK * BN;
     const T* vsrc = vals + static_cast<int64_t>(p0 + ks * BK) * BN;
 #pragma unroll
     for (int i = tid; i < BK * BCH; i += kThreads) {
@@ -141,21 +147,6 @@ __global__ void __launch_bounds__(Cfg::kThreads)
       cp_async16(sb + r * BN + swizzle<BCH>(r, c) * 8, vsrc + r * BN + c * 8, 16);
     }
   };
-
-  // The CTA's kept-row indices in shared memory (StagedRows > 0). The values do not depend on them, so the prologue
-  // stages' values are requested first and arrive under the indices' latency; they join the first stage's copy
-  // group, which every later stage waits behind.
-  if constexpr (Cfg::kStagedRows > 0) {
-#pragma unroll
-    for (int s = 0; s < kStages - 1; ++s) {
-      if (s0 + s < s1) load_b(s, s0 + s);
-    }
-    const int4* src = reinterpret_cast<const int4*>(w.rows + p0 + s0 * BK);
-    for (int i = tid; i < max(0, s1 - s0) * BK / 4; i += kThreads) {
-      *reinterpret_cast<int4*>(s_rows + i * 4) = __ldg(src + i);
-    }
-    __syncthreads();
-  }
 
   float acc[MI][NI][4];
 #pragma unroll
@@ -169,8 +160,7 @@ __global__ void __launch_bounds__(Cfg::kThreads)
   for (int s = 0; s < kStages - 1; ++s) {
     if (s0 + s < s1) {
       fetch_rows(s0 + s);
-      load_a(s, s0 + s);
-      if constexpr (Cfg::kStagedRows == 0) load_b(s, s0 + s);
+      load_stage(s, s0 + s);
     }
     cp_async_commit();
   }
@@ -181,10 +171,7 @@ __global__ void __launch_bounds__(Cfg::kThreads)
     cp_async_wait<kStages - 2>();
     __syncthreads();
     const int kn = ks + kStages - 1;
-    if (kn < s1) {
-      load_a((kn - s0) % kStages, kn);
-      load_b((kn - s0) % kStages, kn);
-    }
+    if (kn < s1) load_stage((kn - s0) % kStages, kn);
     cp_async_commit();
     fetch_rows(kn + 1);
 
@@ -219,42 +206,18 @@ __global__ void __launch_bounds__(Cfg::kThreads)
   cp_async_wait<0>();
 
   const int g = lane >> 2, t4 = lane & 3;
-  const int64_t fill_thread = static_cast<int64_t>(blockIdx.x) * kThreads + tid;
-  const int64_t fill_threads = static_cast<int64_t>(gridDim.x) * kThreads;
-  if (splits > 1) {  // partial sums into the workspace
-    // Workspace slot of accumulator acc[i][j][e], nullptr past M.
-    const auto ws_slot = [&](int i, int j, int e) -> float* {
-      const int64_t m = m0 + wm * Cfg::kWM + i * 16 + g + (e >> 1) * 8;
-      const int n = wn * Cfg::kWN + j * 8 + 2 * t4 + (e & 1);
-      return m < M ? p.workspace + ws_index(w, p, m, static_cast<int64_t>(tile) * BN + n) : nullptr;
-    };
-    if (s0 < s1) {
+  if (splits > 1) {  // partial sums into the workspace; the finalize kernel applies the epilogue
 #pragma unroll
-      for (int i = 0; i < MI; ++i)
+    for (int i = 0; i < MI; ++i)
 #pragma unroll
-        for (int j = 0; j < NI; ++j)
+      for (int j = 0; j < NI; ++j)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            if (float* slot = ws_slot(i, j, e)) atomicAdd(slot, acc[i][j][e]);
-          }
-    }
-    if constexpr (Cfg::kStagedRows == 0) {
-      return;  // the finalize pass applies the epilogue
-    } else {  // the last split to arrive reads the totals back and finishes the block below
-      if (!last_split_to_arrive(split_counters(w, p) + tile * m_blocks + mb, splits)) {
-        fill_pruned_share<T, false>(w, p, fill_thread, fill_threads);
-        return;
-      }
-#pragma unroll
-      for (int i = 0; i < MI; ++i)
-#pragma unroll
-        for (int j = 0; j < NI; ++j)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const float* slot = ws_slot(i, j, e);
-            acc[i][j][e] = slot != nullptr ? __ldcg(slot) : 0.0f;
-          }
-    }
+        for (int e = 0; e < 4; ++e) {
+          const int64_t m = m0 + wm * Cfg::kWM + i * 16 + g + (e >> 1) * 8;
+          const int n = wn * Cfg::kWN + j * 8 + 2 * t4 + (e & 1);
+          if (m < M) atomicAdd(p.workspace + ws_index(w, p, m, static_cast<int64_t>(tile) * BN + n), acc[i][j][e]);
+        }
+    return;
   }
 
   // Direct epilogue: stage fp32 results in shared memory, then write G columns through `cols`.
@@ -273,7 +236,8 @@ __global__ void __launch_bounds__(Cfg::kThreads)
   __syncthreads();
 
   store_tile<T, BM, BN, kThreads>(s_c, w, p, m0, feature_major_out, tid);
-  fill_pruned_share<T, (BM > kSmallM)>(w, p, fill_thread, fill_threads);
+  fill_pruned_share<T, (BM > kSmallM)>(w, p, static_cast<int64_t>(blockIdx.x) * kThreads + tid,
+                                       static_cast<int64_t>(gridDim.x) * kThreads);
 }
 
 // Small M (memory bound): CTA = (tile, slice of kGemvSliceCols columns, K split). Each lane streams value vectors
@@ -285,7 +249,7 @@ __global__ void __launch_bounds__(Cfg::kThreads)
 // value loads are issued before the gather: a gather that walked the chunk element by element, each load waiting
 // for its row index, set the kernel's length. Without a K split the CTA finishes its columns (bias, residual,
 // activation) and then takes its share of the pruned columns, so one launch is the whole call; a K split adds
-// partial sums into the fp32 workspace, and the last CTA of each slice to arrive finishes them.
+// partial sums into the fp32 workspace for the finalize pass.
 constexpr int kGemvSliceCols = 32;
 constexpr int kGemvThreads = 256;
 constexpr int kGemvStageFloats = 8192;  // 32 KB of gathered x per chunk
@@ -444,34 +408,24 @@ __global__ void __launch_bounds__(kGemvThreads) tw_gemv_kernel(PackedTile w, Pro
   }
   __syncthreads();
   const bool split = gridDim.y > 1;
-  // Output t = (m, slice column) of this CTA: its workspace position, or -1 for padding of the last tile.
-  const auto position = [&](int t) {
-    const int pos = tile * w.granularity + slice * kGemvSliceCols + t % kGemvSliceCols;
-    return w.cols[pos] >= 0 ? pos : -1;
-  };
   for (int t = tid; t < M * kGemvSliceCols; t += kGemvThreads) {
-    const int m = t / kGemvSliceCols, c = t % kGemvSliceCols, pos = position(t);
-    if (pos < 0) continue;
+    const int m = t / kGemvSliceCols, c = t % kGemvSliceCols;
+    const int pos = tile * w.granularity + slice * kGemvSliceCols + c;
+    const int col = w.cols[pos];
+    if (col < 0) continue;  // padding of the last tile
     float s[1] = {0.0f};
 #pragma unroll
     for (int i = 0; i < kWarps; ++i) s[0] += s_x[(i * MaxM + m) * kGemvSliceCols + c];
     if (split) {
       atomicAdd(p.workspace + ws_index(w, p, m, pos), s[0]);
-    } else {
-      finish_output<T>(s, w.cols[pos], m, w, p);
+      continue;
     }
+    finish_output<T>(s, col, m, w, p);
   }
-  // After a K split the last CTA of the slice to arrive reads the totals back and finishes them.
-  if (split && last_split_to_arrive(split_counters(w, p) + blockIdx.x, gridDim.y)) {
-    for (int t = tid; t < M * kGemvSliceCols; t += kGemvThreads) {
-      const int m = t / kGemvSliceCols, pos = position(t);
-      if (pos < 0) continue;
-      float s[1] = {__ldcg(p.workspace + ws_index(w, p, m, pos))};
-      finish_output<T>(s, w.cols[pos], m, w, p);
-    }
+  if (!split) {
+    fill_pruned_share<T>(w, p, static_cast<int64_t>(blockIdx.x) * blockDim.x + tid,
+                         static_cast<int64_t>(gridDim.x) * blockDim.x);
   }
-  const int64_t cta = static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x;
-  fill_pruned_share<T>(w, p, cta * blockDim.x + tid, static_cast<int64_t>(gridDim.x) * gridDim.y * blockDim.x);
 }
 
 // Epilogue for the columns no tensor-core CTA wrote: every column after a split-K pass (all_columns), else
@@ -631,11 +585,6 @@ int splits_for(const PackedTile& w, const Problem& p, int bm) {
   return static_cast<int>(std::min<int64_t>(max_splits, p.num_sms / ctas));
 }
 
-// The GEMV and the 16-row mma.sync kernel finish their K splits themselves (last_split_to_arrive).
-bool small_m_finishes_splits(const Plan& plan) {
-  return plan.path == Path::kGemv || (plan.path == Path::kMmaSync && plan.block_m == kSmallMBlock);
-}
-
 template <typename T>
 const char* run(const PackedTile& w, const Problem& p) {
   if (p.M == 0) return nullptr;
@@ -659,9 +608,9 @@ const char* run(const PackedTile& w, const Problem& p) {
       return "the requested TW kernel path is unavailable (wgmma needs an sm_90a build, a Hopper GPU and G 64/128)";
   }
   if (e != nullptr) return e;
-  if (plan.splits > 1 && !small_m_finishes_splits(plan)) return run_finalize<T>(w, p, true);
-  // Otherwise the GEMV and the mma.sync kernel finish every column themselves, and the warp-specialized kernel a
-  // feature-major y's.
+  if (plan.splits > 1) return run_finalize<T>(w, p, true);
+  // Without a K split the GEMV and the mma.sync kernel finish every column themselves, and the warp-specialized
+  // kernel a feature-major y's.
   if (plan.path == Path::kGemv || plan.path == Path::kMmaSync) return nullptr;
   if (plan.path == Path::kWgmmaWs && fills_pruned_columns(p, 1)) return nullptr;
   return run_finalize<T>(w, p, false);
@@ -710,13 +659,9 @@ Plan make_plan(const PackedTile& w, const Problem& p) {
   return plan;
 }
 
-int64_t workspace_floats(const PackedTile& w, const Problem& p) {
-  if (w.num_tiles == 0) return 0;
-  const Plan plan = make_plan(w, p);
-  if (plan.splits == 1) return 0;
-  const int64_t sums = p.M * w.num_tiles * w.granularity;
-  // A counter per output block: per G/32-column slice for the GEMV, per tile for the 16-row kernel.
-  return sums + (small_m_finishes_splits(plan) ? w.num_tiles * (w.granularity / kGemvSliceCols) : 0);
+bool needs_workspace(const PackedTile& w, const Problem& p) {
+  if (w.num_tiles == 0) return false;
+  return make_plan(w, p).splits > 1;
 }
 
 const char* launch_tw_matmul(const PackedTile& w, const Problem& p) {

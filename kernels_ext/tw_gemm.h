@@ -48,7 +48,7 @@ struct Problem {
   Activation activation;
   DType dtype;
   bool y_vec16;     // y base is 16-byte aligned and the contiguous stride is a multiple of 8 elements
-  float* workspace; // zeroed, workspace_floats() floats when that is not 0, else unused
+  float* workspace; // zeroed fp32, M * num_tiles * G entries, when needs_workspace() says so, else unused
   int num_sms;
   Path path;  // kAuto, or kMmaSync / kWgmma / kWgmmaWs to force a tensor-core kernel (tests and benchmarks)
   cudaStream_t stream;
@@ -65,11 +65,10 @@ constexpr int kKStep = 32;  // kept K of every tile is padded to a multiple of t
 constexpr int kSmallM = 16;   // M up to this is memory bound: the GEMV, or the 16-row mma.sync kernel
 constexpr int kGemvMaxM = 8;  // M up to this always runs the GEMV; above, a feature-major x runs on tensor cores
 
-// Kernel family, CTA rows and K splits for this call (also what workspace_floats() decides from).
+// Kernel family, CTA rows and K splits for this call (also what needs_workspace() decides from).
 Plan make_plan(const PackedTile& w, const Problem& p);
-// Size in 4-byte words of the zeroed workspace the launch needs (0: none): the fp32 partial sums of a K split,
-// M * num_tiles * G of them in the output's layout, then one arrival counter per small-M output block.
-int64_t workspace_floats(const PackedTile& w, const Problem& p);
+// True when the launch needs the zeroed fp32 workspace.
+bool needs_workspace(const PackedTile& w, const Problem& p);
 
 // Launches the TW GEMM. Large M needs x feature-major (sxm == 1, sxk % 8 == 0, 16-byte aligned).
 // Returns nullptr on success, else a static error message (the launch error is checked after every kernel).

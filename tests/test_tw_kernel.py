@@ -108,22 +108,6 @@ def test_small_m_matches_fp32_reference(dtype: torch.dtype, granularity: int) ->
         assert err_fm <= KERNEL_TOLERANCE[dtype], f"feature-major M={m} K={k} N={n}: rel err {err_fm:.2e}"
 
 
-@pytest.mark.parametrize("granularity", [32, 128])
-def test_small_m_splits_finish_in_their_last_cta(granularity: int) -> None:
-    """Long kept K over few tiles: both small-M kernels split K (ten splits of the heaviest tile), and the last split
-    of each output block to arrive finishes it, with no finalize pass. Tiles keep different K, so the lighter ones
-    have splits without rows, and a tile without rows leaves only pruned columns; M 13 runs the GEMV at 16 rows,
-    M 16 feature-major the tensor-core kernel."""
-    for m in (1, 4, 13, 16):
-        packed, x, bias, ref = _case(m, 4104, 5 * granularity, granularity, torch.float16, 61, True, "gelu")
-        assert packed.max_tile_k > 9 * 256 and packed.pruned_cols.numel() > granularity
-        err = rel_err(tw_matmul(x, packed, bias, "gelu"), ref)
-        assert err <= KERNEL_TOLERANCE[torch.float16], f"M={m}: rel err {err:.2e}"
-        yt = packed.matmul_feature_major(x.t().contiguous(), bias, "gelu")
-        err_fm = rel_err(yt.t(), ref)
-        assert err_fm <= KERNEL_TOLERANCE[torch.float16], f"feature-major M={m}: rel err {err_fm:.2e}"
-
-
 def test_repeated_calls_are_deterministic_without_split() -> None:
     packed, x, bias, _ = _case(512, 256, 512, 128, torch.float16, seed=7, residual=True, activation="gelu")
     first = packed.matmul(x, bias, "gelu")
