@@ -96,19 +96,21 @@ __device__ __forceinline__ void activate_run(float (&v)[Count], Activation act) 
   with_activation(act, [&](auto a) { activate_fixed<decltype(a)::value>(v); });
 }
 
-// Bias and TEW residual for outputs m0 .. m0+Run-1 of one column (those below M), before the activation; x is
-// read through its strides. One bias load and one residual walk serve the whole run.
+// The bias of column col as fp32 (0 without a bias).
+template <typename T>
+__device__ __forceinline__ float column_bias(const Problem& p, int col) {
+  return p.bias != nullptr ? to_float(static_cast<const T*>(p.bias)[col]) : 0.0f;
+}
+
+// Bias (already loaded) and TEW residual for outputs m0 .. m0+Run-1 of one column (those below M), before the
+// activation; x is read through its strides. One residual walk serves the whole run.
 template <typename T, int Run>
-__device__ __forceinline__ void add_bias_residual_run(float (&v)[Run], int col, int64_t m0, const PackedTile& w,
-                                                      const Problem& p) {
-  const T* x = static_cast<const T*>(p.x);
-  const T* bias = static_cast<const T*>(p.bias);
-  if (bias != nullptr) {
-    const float b = to_float(bias[col]);
+__device__ __forceinline__ void add_bias_residual_run(float (&v)[Run], int col, float bias, int64_t m0,
+                                                      const PackedTile& w, const Problem& p) {
 #pragma unroll
-    for (int e = 0; e < Run; ++e) v[e] += b;
-  }
+  for (int e = 0; e < Run; ++e) v[e] += bias;
   if (w.res_ptr == nullptr) return;
+  const T* x = static_cast<const T*>(p.x);
   const T* res_vals = static_cast<const T*>(w.res_vals);
 #pragma unroll 1
   for (int r = w.res_ptr[col]; r < w.res_ptr[col + 1]; ++r) {
@@ -119,6 +121,12 @@ __device__ __forceinline__ void add_bias_residual_run(float (&v)[Run], int col, 
       if (m0 + e < p.M) v[e] += to_float(xr[(m0 + e) * p.sxm]) * rv;
     }
   }
+}
+
+template <typename T, int Run>
+__device__ __forceinline__ void add_bias_residual_run(float (&v)[Run], int col, int64_t m0, const PackedTile& w,
+                                                      const Problem& p) {
+  add_bias_residual_run<T, Run>(v, col, column_bias<T>(p, col), m0, w, p);
 }
 
 // Shared-memory reads in the shared state space. Read through generic pointers, the staging loads after each
@@ -183,18 +191,18 @@ __device__ __forceinline__ void store_column_run(const float (&v)[8], int col, i
 
 // Finishes outputs m0 .. m0+7 of column col of a feature-major y (bias, residual, activation) and stores them.
 template <typename T>
-__device__ __forceinline__ void finish_column_run(float (&v)[8], int col, int64_t m0, const PackedTile& w,
-                                                  const Problem& p) {
-  add_bias_residual_run<T, 8>(v, col, m0, w, p);
+__device__ __forceinline__ void finish_column_run(float (&v)[8], int col, float bias, int64_t m0,
+                                                  const PackedTile& w, const Problem& p) {
+  add_bias_residual_run<T, 8>(v, col, bias, m0, w, p);
   activate_run(v, p.activation);
   store_column_run<T>(v, col, m0, p);
 }
 
 // Finishes output (m, col) of y, in either orientation (bias, residual, activation), and stores it.
 template <typename T>
-__device__ __forceinline__ void finish_output(float (&v)[1], int col, int64_t m, const PackedTile& w,
+__device__ __forceinline__ void finish_output(float (&v)[1], int col, float bias, int64_t m, const PackedTile& w,
                                               const Problem& p) {
-  add_bias_residual_run<T, 1>(v, col, m, w, p);
+  add_bias_residual_run<T, 1>(v, col, bias, m, w, p);
   activate_run(v, p.activation);
   static_cast<T*>(p.y)[m * p.sym + static_cast<int64_t>(col) * p.syn] = from_float<T>(v[0]);
 }
@@ -370,7 +378,8 @@ __device__ __forceinline__ void store_tile(const float* s_c, const PackedTile& w
 // Outputs of column col, whose partial sums sit at workspace position pos (-1: a pruned column, zero before bias
 // and residual): Run = 8, outputs m0 .. m0+7 of a feature-major y; Run = 1, output m0 of a row-major one.
 template <typename T, int Run>
-__device__ __forceinline__ void finalize_run(const PackedTile& w, const Problem& p, int64_t m0, int col, int pos) {
+__device__ __forceinline__ void finalize_run(const PackedTile& w, const Problem& p, int64_t m0, int col, int pos,
+                                             float bias) {
   static_assert(Run == 1 || Run == 8, "runs of 8 along a feature-major y, single outputs along a row-major one");
   float v[Run];
 #pragma unroll
@@ -379,9 +388,9 @@ __device__ __forceinline__ void finalize_run(const PackedTile& w, const Problem&
     v[e] = pos >= 0 && m < p.M ? p.workspace[ws_index(w, p, m, pos)] : 0.0f;
   }
   if constexpr (Run == 8) {
-    finish_column_run<T>(v, col, m0, w, p);
+    finish_column_run<T>(v, col, bias, m0, w, p);
   } else {
-    finish_output<T>(v, col, m0, w, p);
+    finish_output<T>(v, col, bias, m0, w, p);
   }
 }
 
@@ -393,16 +402,17 @@ __device__ __host__ __forceinline__ int64_t finalize_outputs(const PackedTile& w
 }
 
 // Worker `worker` of `workers` walking an outer_n x inner_n grid of work: positions worker, worker + workers, ...
-// in row-major order, stepped with a carry instead of a 64-bit division per step. Empty when there is no work
-// (inner_n = 0) or no share of it (workers = 0).
+// in row-major order, stepped with a carry instead of a division per step. Empty when there is no work
+// (inner_n = 0) or no share of it (workers = 0). The sides are at most M and N and the workers are threads of one
+// launch, so 32-bit positions suffice, which keeps the walk to few registers in the kernels that end with one.
 struct StridedWalk {
   __device__ __host__ __forceinline__ StridedWalk(int64_t outer_n, int64_t inner_n, int64_t worker, int64_t workers)
-      : outer_n_(inner_n == 0 || workers <= 0 ? 0 : outer_n), inner_n_(inner_n) {
+      : outer_n_(static_cast<int>(inner_n == 0 || workers <= 0 ? 0 : outer_n)), inner_n_(static_cast<int>(inner_n)) {
     const int64_t per = inner_n > 0 ? inner_n : 1;
-    d_outer_ = workers / per;
-    d_inner_ = workers % per;
-    outer = worker / per;
-    inner = worker % per;
+    d_outer_ = static_cast<int>(workers / per);
+    d_inner_ = static_cast<int>(workers % per);
+    outer = static_cast<int>(worker / per);
+    inner = static_cast<int>(worker % per);
   }
   __device__ __host__ __forceinline__ bool done() const { return outer >= outer_n_; }
   // Moves to the worker's next position; only while !done().
@@ -414,16 +424,17 @@ struct StridedWalk {
       ++outer;
     }
   }
-  int64_t outer, inner;  // the current position
+  int outer, inner;  // the current position
 
  private:
-  int64_t outer_n_, inner_n_, d_outer_, d_inner_;
+  int outer_n_, inner_n_, d_outer_, d_inner_;
 };
 
 // Worker `worker` of `workers` walks its share of the finalize work (bias, TEW residual, activation, and the
 // workspace sums for all_columns) one output run at a time. Consecutive workers go along y's contiguous dimension,
 // so the stores coalesce. The work (outer, inner) is (column, run of 8 m) for a feature-major y and (m, column) for
-// a row-major one.
+// a row-major one. Each step's column is loaded a step ahead, from the constructor on, and its bias by fetch_bias(), which a kernel may call well before step(): the GEMV builds its cursor before its
+// main loop, so that these dependent loads do not wait one after another at the end of the kernel.
 template <typename T>
 class FinalizeCursor {
  public:
@@ -432,27 +443,43 @@ class FinalizeCursor {
       : all_columns_(all_columns),
         feature_major_(p.sym == 1),
         walk_(feature_major_ ? columns(w, all_columns) : p.M, feature_major_ ? (p.M + 7) / 8 : columns(w, all_columns),
-              worker, workers) {}
+              worker, workers) {
+    fetch_column(w);
+  }
   __device__ __forceinline__ bool done() const { return walk_.done(); }
+  // Loads the current step's bias, which needs its column; step() does it if no earlier call has.
+  __device__ __forceinline__ void fetch_bias(const Problem& p) {
+    if (done() || has_bias_) return;
+    bias_ = column_bias<T>(p, col_);
+    has_bias_ = true;
+  }
   // Finishes the current run and moves to the next one; only while !done().
   __device__ __forceinline__ void step(const PackedTile& w, const Problem& p) {
-    const int64_t j = feature_major_ ? walk_.outer : walk_.inner;
-    const int col = all_columns_ ? static_cast<int>(j) : w.pruned_cols[j];
-    const int pos = all_columns_ ? w.col_pos[col] : -1;
+    fetch_bias(p);
+    const int pos = all_columns_ ? w.col_pos[col_] : -1;
     if (feature_major_) {
-      finalize_run<T, 8>(w, p, walk_.inner * 8, col, pos);
+      finalize_run<T, 8>(w, p, static_cast<int64_t>(walk_.inner) * 8, col_, pos, bias_);
     } else {
-      finalize_run<T, 1>(w, p, walk_.outer, col, pos);
+      finalize_run<T, 1>(w, p, walk_.outer, col_, pos, bias_);
     }
     walk_.advance();
+    has_bias_ = false;
+    fetch_column(w);
   }
 
  private:
   __device__ __forceinline__ static int64_t columns(const PackedTile& w, bool all_columns) {
     return all_columns ? w.N : w.num_pruned;
   }
-  bool all_columns_, feature_major_;
+  __device__ __forceinline__ void fetch_column(const PackedTile& w) {
+    if (done()) return;
+    const int j = feature_major_ ? walk_.outer : walk_.inner;
+    col_ = all_columns_ ? j : w.pruned_cols[j];
+  }
+  bool all_columns_, feature_major_, has_bias_ = false;
   StridedWalk walk_;
+  int col_ = -1;
+  float bias_ = 0.0f;
 };
 
 // The pruned columns of a feature-major y (bias, TEW residual, activation), written by whole warps, one chunk of
@@ -477,7 +504,7 @@ class PrunedColumnFill {
   __device__ __forceinline__ void step(const PackedTile& w, const Problem& p) {
     const int col = __shfl_sync(0xffffffffu, lane_col_, slot_);
     const float bias = __shfl_sync(0xffffffffu, lane_bias_, slot_);
-    const int64_t m_lane = walk_.inner * kChunk + (threadIdx.x & 31) * 8;
+    const int64_t m_lane = static_cast<int64_t>(walk_.inner) * kChunk + (threadIdx.x & 31) * 8;
     if (w.res_ptr == nullptr) {
       float v[8];
 #pragma unroll
@@ -491,7 +518,7 @@ class PrunedColumnFill {
 #pragma unroll 1
       for (int r = 0; r < kRunsPerLane; ++r) {
         float v[8] = {};
-        if (m_lane + r * 256 < p.M) finish_column_run<T>(v, col, m_lane + r * 256, w, p);
+        if (m_lane + r * 256 < p.M) finish_column_run<T>(v, col, bias, m_lane + r * 256, w, p);
       }
     }
     walk_.advance();

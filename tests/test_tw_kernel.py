@@ -85,6 +85,7 @@ def test_sweep_matches_fp32_reference(kernel: str, dtype: torch.dtype, granulari
 # spans several gathered chunks of x in the GEMV at M 8.
 GEMV_SHAPES = [
     (1, 1544, 4104),
+    (1, 6152, 1032),  # tiles of several chunks of kept rows
     (2, 1032, 520),
     (4, 264, 16392),
     (5, 1544, 4104),
