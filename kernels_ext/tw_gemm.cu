@@ -294,33 +294,7 @@ struct GemvShape {
   static constexpr int kOutputs = (MaxM * kGemvSliceCols + kGemvThreads - 1) / kGemvThreads;  // per thread
   using Vec = std::conditional_t<kCols == 8, uint4, uint2>;
   static_assert(kGemvThreads / 32 * MaxM * kGemvSliceCols <= kGemvStageFloats, "the reduction reuses the staging");
-  // At M = 1 the staging holds all of x (K rows and a zero row for padding) beside a chunk of kept-row indices
-  // when K is below kWholeXRows.
-  static constexpr int kWholeXRows = kGemvStageFloats - kChunkRows;
 };
-
-// Stages all of a contiguous, 16-byte-aligned x of one row (K a multiple of 8) in shared memory as fp32, with a
-// zero at position K for the padding rows (index -1), in 16-byte loads that wait for nothing.
-template <typename T>
-__device__ __forceinline__ void stage_whole_x(const T* x, int K, float* s_x, int tid) {
-  constexpr int kVecs = (GemvShape<1>::kWholeXRows / 8 + kGemvThreads - 1) / kGemvThreads;
-  uint4 q[kVecs];
-#pragma unroll
-  for (int j = 0; j < kVecs; ++j) {
-    const int i = tid + j * kGemvThreads;
-    if (i < K / 8) q[j] = __ldg(reinterpret_cast<const uint4*>(x) + i);
-  }
-#pragma unroll
-  for (int j = 0; j < kVecs; ++j) {
-    const int i = tid + j * kGemvThreads;
-    if (i >= K / 8) continue;
-    const T* h = reinterpret_cast<const T*>(&q[j]);
-    float* dst = s_x + i * 8;
-    *reinterpret_cast<float4*>(dst) = make_float4(to_float(h[0]), to_float(h[1]), to_float(h[2]), to_float(h[3]));
-    *reinterpret_cast<float4*>(dst + 4) = make_float4(to_float(h[4]), to_float(h[5]), to_float(h[6]), to_float(h[7]));
-  }
-  if (tid == 0) s_x[K] = 0.0f;
-}
 
 template <typename T, int MaxM>
 __global__ void __launch_bounds__(kGemvThreads) tw_gemv_kernel(PackedTile w, Problem p, int k_split) {
@@ -363,14 +337,6 @@ __global__ void __launch_bounds__(kGemvThreads) tw_gemv_kernel(PackedTile w, Pro
     }
   };
   const bool x_vec = MaxM % 8 == 0 && p.sxm == 1 && p.sxk % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
-  // One row of x, contiguous and short enough: staged whole, so each chunk stages only its kept-row indices and the
-  // inner loop looks its rows of x up through them. Gathering x by those indices put two dependent round trips,
-  // queued behind the value loads, before the first multiply (a clock64 probe at 90% sparsity: ~3700 cycles from
-  // the tile pointer to the gathered chunk, half of the CTA's time).
-  const int K = static_cast<int>(w.K);
-  const bool whole_x = MaxM == 1 && K < Shape::kWholeXRows && p.sxk == 1 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
-  int* s_rows = reinterpret_cast<int*>(s_x + Shape::kWholeXRows);
-  if (whole_x) stage_whole_x<T>(x, K, s_x, tid);
   load_gather_rows(kb);
   // The columns this thread finishes after the main loop, its slice's and its share of the pruned ones, are
   // requested now and their biases right after the loop: left to the end, each output waited for a column index
@@ -390,26 +356,21 @@ __global__ void __launch_bounds__(kGemvThreads) tw_gemv_kernel(PackedTile w, Pro
     int k = k0 + slot;
     load_batch(k, k1);
     __syncthreads();  // the previous chunk is fully read
-    if (whole_x) {
+    float gathered[Shape::kGatherRows][MaxM];
 #pragma unroll
-      for (int j = 0; j < Shape::kGatherRows; ++j) s_rows[j * kGemvThreads + tid] = gather_rows[j] < 0 ? K : gather_rows[j];
-    } else {
-      float gathered[Shape::kGatherRows][MaxM];
+    for (int j = 0; j < Shape::kGatherRows; ++j) gather_x_row<T>(x, p, gather_rows[j], M, x_vec, gathered[j]);
 #pragma unroll
-      for (int j = 0; j < Shape::kGatherRows; ++j) gather_x_row<T>(x, p, gather_rows[j], M, x_vec, gathered[j]);
+    for (int j = 0; j < Shape::kGatherRows; ++j) {
+      float* dst = s_x + (j * kGemvThreads + tid) * MaxM;
+      if constexpr (MaxM % 4 == 0) {
 #pragma unroll
-      for (int j = 0; j < Shape::kGatherRows; ++j) {
-        float* dst = s_x + (j * kGemvThreads + tid) * MaxM;
-        if constexpr (MaxM % 4 == 0) {
-#pragma unroll
-          for (int m = 0; m < MaxM; m += 4) {
-            *reinterpret_cast<float4*>(dst + m) =
-                make_float4(gathered[j][m], gathered[j][m + 1], gathered[j][m + 2], gathered[j][m + 3]);
-          }
-        } else {
-#pragma unroll
-          for (int m = 0; m < MaxM; ++m) dst[m] = gathered[j][m];
+        for (int m = 0; m < MaxM; m += 4) {
+          *reinterpret_cast<float4*>(dst + m) =
+              make_float4(gathered[j][m], gathered[j][m + 1], gathered[j][m + 2], gathered[j][m + 3]);
         }
+      } else {
+#pragma unroll
+        for (int m = 0; m < MaxM; ++m) dst[m] = gathered[j][m];
       }
     }
     load_gather_rows(k0 + Shape::kChunkRows);
@@ -419,7 +380,7 @@ __global__ void __launch_bounds__(kGemvThreads) tw_gemv_kernel(PackedTile w, Pro
       for (int u = 0; u < kUnroll; ++u) {
         const int row = k + u * kRowSlots;
         if (row >= k1) break;
-        const float* xs = s_x + (whole_x ? ld_shared_s32(s_rows + row - k0) : row - k0) * MaxM;
+        const float* xs = s_x + (row - k0) * MaxM;
         float xv[MaxM];
         if constexpr (MaxM % 4 == 0) {
 #pragma unroll
