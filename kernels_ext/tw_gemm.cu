@@ -351,12 +351,10 @@ __global__ void __launch_bounds__(kGemvThreads) tw_gemv_kernel(PackedTile w, Pro
   }
   FinalizeCursor<T> fill(w, p, false, static_cast<int64_t>(blockIdx.x) * kGemvThreads + tid,
                          split ? 0 : static_cast<int64_t>(gridDim.x) * kGemvThreads);
-  constexpr int kBatchRows = kRowSlots * kUnroll;
-  static_assert(Shape::kChunkRows % kBatchRows == 0, "no batch straddles two chunks");
-  load_batch(kb + slot, ke);
   for (int k0 = kb; k0 < ke; k0 += Shape::kChunkRows) {
     const int k1 = min(ke, k0 + Shape::kChunkRows);
     int k = k0 + slot;
+    load_batch(k, k1);
     __syncthreads();  // the previous chunk is fully read
     float gathered[Shape::kGatherRows][MaxM];
 #pragma unroll
@@ -377,7 +375,7 @@ __global__ void __launch_bounds__(kGemvThreads) tw_gemv_kernel(PackedTile w, Pro
     }
     load_gather_rows(k0 + Shape::kChunkRows);
     __syncthreads();
-    for (; k < k1; k += kBatchRows) {
+    for (; k < k1; k += kRowSlots * kUnroll) {
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const int row = k + u * kRowSlots;
@@ -401,11 +399,8 @@ __global__ void __launch_bounds__(kGemvThreads) tw_gemv_kernel(PackedTile w, Pro
 #pragma unroll
           for (int m = 0; m < MaxM; ++m) acc[m][e] += xv[m] * we;
         }
-        // The register is free: it takes the same row of the next batch, which may lie in the next chunk (the values
-        // do not wait for x).
-        const int next = row + kBatchRows;
-        if (next < ke) v[u] = __ldg(reinterpret_cast<const Vec*>(vals + static_cast<int64_t>(next) * w.granularity));
       }
+      if (k + kRowSlots * kUnroll < k1) load_batch(k + kRowSlots * kUnroll, k1);
     }
   }
 
