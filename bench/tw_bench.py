@@ -18,6 +18,7 @@ from bench.common import (
     TOLERANCE,
     add_semi24,
     bench_parser,
+    case_generator,
     case_notes,
     markdown_table,
     relative_error,
@@ -280,12 +281,12 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     require_kernels("tw_bench")
     dtype = getattr(torch, args.dtype)
-    gen = torch.Generator().manual_seed(args.seed)
     columns = COLUMNS[:7] + [("rel_err", "rel err"), ("passed", "passed")] if args.check_only else COLUMNS
     rows: list[dict[str, Any]] = []
     for name in args.shapes:
         for granularity in args.granularities:
             for sparsity in args.sparsities:
+                gen = case_generator(args.seed, name, granularity, sparsity)
                 row = run_case(name, granularity, sparsity, dtype, gen, args.check_only, args.profile, args.epilogue)
                 rows.append(row)
                 log.info(
