@@ -574,6 +574,52 @@ __device__ __forceinline__ void fill_pruned_share(const PackedTile& w, const Pro
   finalize_share<T>(w, p, false, thread, threads);
 }
 
+// Programmatic dependent launch (sm_90): a kernel launched by launch_dependent may begin while the kernel before
+// it in the stream is still running, and calls wait_for_prerequisite_grid before it reads anything; a kernel that
+// is followed that way calls allow_dependent_launch once all of its CTAs are resident, so that the dependent's
+// CTAs are already waiting when it ends instead of being launched then. Both are no-ops before sm_90.
+__device__ __forceinline__ void wait_for_prerequisite_grid() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void allow_dependent_launch() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+// True on devices that take programmatic dependent launches (compute capability 9.0 and later), per device.
+inline bool programmatic_launch_supported() {
+  constexpr int kMaxDevices = 64;
+  static int major[kMaxDevices] = {};  // 0: not asked yet
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kMaxDevices) return false;
+  if (major[device] == 0 && cudaDeviceGetAttribute(&major[device], cudaDevAttrComputeCapabilityMajor, device) !=
+                                cudaSuccess) {
+    return false;
+  }
+  return major[device] >= 9;
+}
+
+// Launches kernel<<<grid, block, 0, stream>>>(args...) as a programmatic dependent of the stream's previous kernel
+// where the device supports it, else as an ordinary launch. The kernel must call wait_for_prerequisite_grid first.
+template <typename... Params, typename... Args>
+const char* launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream, Args... args) {
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.stream = stream;
+  config.attrs = &attr;
+  config.numAttrs = programmatic_launch_supported() ? 1 : 0;
+  const cudaError_t err = cudaLaunchKernelEx(&config, kernel, args...);
+  return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
+}
+
 inline const char* check_launch() {
   const cudaError_t err = cudaGetLastError();
   return err == cudaSuccess ? nullptr : cudaGetErrorString(err);

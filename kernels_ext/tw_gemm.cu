@@ -88,6 +88,7 @@ __global__ void __launch_bounds__(Cfg::kThreads)
   T* s_a = reinterpret_cast<T*>(smem);
   T* s_b = s_a + kStages * BK * BM;
 
+  allow_dependent_launch();  // a finalize pass may follow
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wm = warp / kWarpsN, wn = warp % kWarpsN;
   const int mb = blockIdx.x % m_blocks;
@@ -300,6 +301,7 @@ template <typename T, int MaxM>
 __global__ void __launch_bounds__(kGemvThreads) tw_gemv_kernel(PackedTile w, Problem p, int k_split) {
   using Shape = GemvShape<MaxM>;
   using Vec = typename Shape::Vec;
+  allow_dependent_launch();  // a finalize pass may follow
   constexpr int kCols = Shape::kCols, kLanesN = Shape::kLanesN, kRowSlots = Shape::kRowSlots;
   constexpr int kUnroll = Shape::kUnroll, kWarps = kGemvThreads / 32;
   __shared__ __align__(16) float s_x[kGemvStageFloats];
@@ -448,6 +450,7 @@ __global__ void __launch_bounds__(kGemvThreads) tw_gemv_kernel(PackedTile w, Pro
 // only the pruned ones (see finalize_share).
 template <typename T>
 __global__ void tw_finalize_kernel(PackedTile w, Problem p, bool all_columns) {
+  wait_for_prerequisite_grid();  // launched as a dependent of the GEMM kernel, whose sums it reads
   const int64_t thread = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t threads = static_cast<int64_t>(gridDim.x) * blockDim.x;
   if (all_columns) {
@@ -581,8 +584,8 @@ const char* run_finalize(const PackedTile& w, const Problem& p, bool all_columns
   // About 8 CTAs per SM, each looping over many outputs: one output per thread made ~10^5 tiny CTAs whose
   // scheduling, not the stores, set the time.
   const int64_t grid = std::min<int64_t>(cdiv(outputs, 256), 8LL * p.num_sms);
-  tw_finalize_kernel<T><<<static_cast<unsigned>(grid), 256, 0, p.stream>>>(w, p, all_columns);
-  return check_launch();
+  return launch_dependent(tw_finalize_kernel<T>, dim3(static_cast<unsigned>(grid)), dim3(256), p.stream, w, p,
+                          all_columns);
 }
 
 // Kept K from which a tile's items are long enough for the cooperative 256-row configuration.

@@ -35,6 +35,7 @@ __global__ void __launch_bounds__(256, 1)
   // 128-byte swizzle atoms must sit on 1024-byte boundaries.
   unsigned char* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
 
+  allow_dependent_launch();  // a finalize pass may follow
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2;
   const int mb = blockIdx.x % m_blocks;
   const int rest = blockIdx.x / m_blocks;

@@ -441,6 +441,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   unsigned char* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
   const uint32_t ring = smem_addr(smem);
   const uint32_t full = ring + Cfg::kBarOffset, empty = full + Cfg::kStages * 8, order = empty + Cfg::kStages * 8;
+  allow_dependent_launch();  // a finalize pass may follow
   const int wg = threadIdx.x / Cfg::kWarpgroup;
   if (threadIdx.x == 0) {
     for (int s = 0; s < Cfg::kStages; ++s) {
