@@ -180,8 +180,6 @@ at::Tensor tw_matmul(const at::Tensor& x, const at::Tensor& values, const at::Te
     p.sxk = feature_major ? M : 1;
   } else {
     xt = at::empty({K, ldt}, opts);
-    const char* err = tw::launch_transpose(x.data_ptr(), xt.data_ptr(), M, K, K, ldt, p.dtype, stream);
-    TORCH_CHECK(err == nullptr, "transpose launch failed: ", err ? err : "");
     p.x = xt.data_ptr();
     p.sxm = 1;
     p.sxk = ldt;
@@ -199,10 +197,17 @@ at::Tensor tw_matmul(const at::Tensor& x, const at::Tensor& values, const at::Te
     workspace = at::zeros({M * num_tiles * granularity}, opts.dtype(at::kFloat));
     p.workspace = workspace.data_ptr<float>();
   }
+  // The transpose goes last before the GEMM (after the workspace's zeroing), so that the GEMM can start as its
+  // programmatic dependent: its prologue (indices, packed values) then overlaps the transpose's tail.
+  if (transposes_x) {
+    const char* err = tw::launch_transpose(x.data_ptr(), xt.data_ptr(), M, K, K, ldt, p.dtype, stream, false);
+    TORCH_CHECK(err == nullptr, "transpose launch failed: ", err ? err : "");
+    p.x_from_prior_kernel = true;
+  }
   const char* err = tw::launch_tw_matmul(w, p);
   TORCH_CHECK(err == nullptr, "tw_matmul launch failed: ", err ? err : "");
   if (transposes_y) {
-    err = tw::launch_transpose(yt.data_ptr(), y.data_ptr(), N, M, ldt, N, p.dtype, stream);
+    err = tw::launch_transpose(yt.data_ptr(), y.data_ptr(), N, M, ldt, N, p.dtype, stream, true);
     TORCH_CHECK(err == nullptr, "transpose launch failed: ", err ? err : "");
   }
   return y;

@@ -603,19 +603,23 @@ inline bool programmatic_launch_supported() {
   return major[device] >= 9;
 }
 
-// Launches kernel<<<grid, block, 0, stream>>>(args...) as a programmatic dependent of the stream's previous kernel
-// where the device supports it, else as an ordinary launch. The kernel must call wait_for_prerequisite_grid first.
+// Launches kernel<<<grid, block, smem, stream>>>(args...), as a programmatic dependent of the stream's previous
+// kernel when `dependent` and the device supports it. A dependent kernel calls wait_for_prerequisite_grid before it
+// reads anything that kernel writes; only a kernel of the same call may precede it that way, since what the kernel
+// reads before its wait must not come from the kernel before it.
 template <typename... Params, typename... Args>
-const char* launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream, Args... args) {
+const char* launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, int smem, cudaStream_t stream,
+                          bool dependent, Args... args) {
   cudaLaunchAttribute attr{};
   attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr.val.programmaticStreamSerializationAllowed = 1;
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = block;
+  config.dynamicSmemBytes = static_cast<size_t>(smem);
   config.stream = stream;
   config.attrs = &attr;
-  config.numAttrs = programmatic_launch_supported() ? 1 : 0;
+  config.numAttrs = dependent && programmatic_launch_supported() ? 1 : 0;
   const cudaError_t err = cudaLaunchKernelEx(&config, kernel, args...);
   return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
 }
@@ -650,9 +654,8 @@ const char* launch_tiles(const PackedTile& w, const Problem& p, int splits) {
   if (const char* err = allow_dynamic_smem<kKernel, Cfg::kSmemBytes>()) return err;
   const int m_blocks = cdiv(p.M, Cfg::kBM);
   const int64_t ctas = static_cast<int64_t>(w.num_tiles) * m_blocks * splits;
-  kKernel<<<static_cast<unsigned>(ctas), Cfg::kThreads, Cfg::kSmemBytes, p.stream>>>(w, p, m_blocks, splits,
-                                                                                     p.sym == 1);
-  return check_launch();
+  return launch_kernel(kKernel, dim3(static_cast<unsigned>(ctas)), dim3(Cfg::kThreads), Cfg::kSmemBytes, p.stream,
+                       p.x_from_prior_kernel, w, p, m_blocks, splits, p.sym == 1);
 }
 
 // Implemented in tw_gemm_sm90.cu.

@@ -157,6 +157,7 @@ __global__ void __launch_bounds__(Cfg::kThreads)
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
 
+  wait_for_prerequisite_grid();  // x may come from the transpose launched just before
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
     if (s0 + s < s1) {
@@ -476,6 +477,8 @@ __global__ void __launch_bounds__(kTransposeThreads)
   constexpr int kRows = kTransposeRows, kCols = kTransposeCols, kThreads = kTransposeThreads;
   constexpr int kLoads = kRows * (kCols / 8) / kThreads, kStores = kCols * (kRows / 8) / kThreads;
   __shared__ T tile[kRows][kCols + 2];
+  allow_dependent_launch();      // the GEMM that reads a transposed x
+  wait_for_prerequisite_grid();  // the GEMM whose output this transposes back
   const int64_t r0 = static_cast<int64_t>(blockIdx.y) * kRows, c0 = static_cast<int64_t>(blockIdx.x) * kCols;
   alignas(16) T v[kLoads][8];
 #pragma unroll
@@ -584,8 +587,8 @@ const char* run_finalize(const PackedTile& w, const Problem& p, bool all_columns
   // About 8 CTAs per SM, each looping over many outputs: one output per thread made ~10^5 tiny CTAs whose
   // scheduling, not the stores, set the time.
   const int64_t grid = std::min<int64_t>(cdiv(outputs, 256), 8LL * p.num_sms);
-  return launch_dependent(tw_finalize_kernel<T>, dim3(static_cast<unsigned>(grid)), dim3(256), p.stream, w, p,
-                          all_columns);
+  return launch_kernel(tw_finalize_kernel<T>, dim3(static_cast<unsigned>(grid)), dim3(256), 0, p.stream, true, w, p,
+                       all_columns);
 }
 
 // Kept K from which a tile's items are long enough for the cooperative 256-row configuration.
@@ -688,19 +691,17 @@ const char* launch_tw_matmul(const PackedTile& w, const Problem& p) {
 }
 
 const char* launch_transpose(const void* in, void* out, int64_t R, int64_t C, int64_t ld_in, int64_t ld_out,
-                             DType dtype, cudaStream_t stream) {
+                             DType dtype, cudaStream_t stream, bool after_gemm) {
   if (R == 0 || C == 0) return nullptr;
   const auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
   const bool vec = ld_in % 8 == 0 && ld_out % 8 == 0 && aligned(in) && aligned(out);
   const dim3 grid(cdiv(C, kTransposeCols), cdiv(R, kTransposeRows));
-  if (dtype == DType::kHalf) {
-    transpose_kernel<__half><<<grid, kTransposeThreads, 0, stream>>>(
-        static_cast<const __half*>(in), static_cast<__half*>(out), R, C, ld_in, ld_out, vec);
-  } else {
-    transpose_kernel<__nv_bfloat16><<<grid, kTransposeThreads, 0, stream>>>(
-        static_cast<const __nv_bfloat16*>(in), static_cast<__nv_bfloat16*>(out), R, C, ld_in, ld_out, vec);
-  }
-  return check_launch();
+  const auto launch = [&](auto* typed) {
+    using T = std::remove_cv_t<std::remove_pointer_t<decltype(typed)>>;
+    return launch_kernel(transpose_kernel<T>, grid, dim3(kTransposeThreads), 0, stream, after_gemm,
+                         static_cast<const T*>(in), static_cast<T*>(out), R, C, ld_in, ld_out, vec);
+  };
+  return dtype == DType::kHalf ? launch(static_cast<__half*>(nullptr)) : launch(static_cast<__nv_bfloat16*>(nullptr));
 }
 
 }  // namespace tw

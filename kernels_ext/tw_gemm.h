@@ -51,6 +51,9 @@ struct Problem {
   float* workspace; // zeroed fp32, M * num_tiles * G entries, when needs_workspace() says so, else unused
   int num_sms;
   Path path;  // kAuto, or kMmaSync / kWgmma / kWgmmaWs to force a tensor-core kernel (tests and benchmarks)
+  // x was written by the kernel launched just before, of the same call (the binding's transpose): the tensor-core
+  // kernels then start as its programmatic dependents and wait for it before their first read of x.
+  bool x_from_prior_kernel;
   cudaStream_t stream;
 };
 
@@ -75,8 +78,10 @@ bool needs_workspace(const PackedTile& w, const Problem& p);
 const char* launch_tw_matmul(const PackedTile& w, const Problem& p);
 
 // out[c*ld_out + r] = in[r*ld_in + c] for an R x C matrix: row-major activations to feature-major and back.
+// `after_gemm`: `in` is the GEMM's output, written by the kernel launched just before, of the same call; the
+// transpose then starts as its programmatic dependent.
 const char* launch_transpose(const void* in, void* out, int64_t R, int64_t C, int64_t ld_in, int64_t ld_out,
-                             DType dtype, cudaStream_t stream);
+                             DType dtype, cudaStream_t stream, bool after_gemm);
 
 }  // namespace tw
 }  // namespace sparseprune

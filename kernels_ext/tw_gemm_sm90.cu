@@ -84,6 +84,7 @@ __global__ void __launch_bounds__(256, 1)
 #pragma unroll
     for (int e = 0; e < NACC; ++e) acc[i][e] = 0.0f;
 
+  wait_for_prerequisite_grid();  // x may come from the transpose launched just before
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
     if (s0 + s < s1) {

@@ -129,6 +129,7 @@ __device__ __forceinline__ void produce(const PackedTile& w, const Problem& p, c
   const T* x = static_cast<const T*>(p.x);
   const int64_t ldx = p.sxk;
   if (tid == 0) prefetch_tensormap(&values_map);
+  wait_for_prerequisite_grid();  // x may come from the transpose launched just before
   const int rounds = schedule_rounds(w, m_blocks, splits);
   // Lane l holds kept-row indices l and l + 32 of a step, loaded one step ahead; the gather reads them by shuffle.
   // (Loading the next item's first indices during an item's last step, with that item loaded a round ahead, made
@@ -347,6 +348,7 @@ __device__ __forceinline__ void consume(const PackedTile& w, const Problem& p, i
                                         bool feature_major_out, int cwg, uint32_t ring, uint32_t full,
                                         uint32_t empty, uint32_t order, unsigned char* stage_c) {
   constexpr int BK = Cfg::kBK, MIWG = Cfg::kMIWG, NACC = Cfg::kBN / 2;
+  wait_for_prerequisite_grid();  // a TEW residual or the pruned-column fill reads x
   const bool release_lane = (threadIdx.x & 31) == 0;
   const int wtid = threadIdx.x % Cfg::kWarpgroup;
   const int rounds = schedule_rounds(w, m_blocks, splits);
@@ -519,8 +521,8 @@ const char* run_ws(const PackedTile& w, const Problem& p, int splits) {
   const int sms = std::max(1, p.num_sms);
   const bool fill_everywhere = fills_pruned_columns(p, splits) && w.num_pruned > 0;
   const int grid = fill_everywhere ? sms : static_cast<int>(std::min<int64_t>(items, sms));
-  kKernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, p.stream>>>(w, p, values_map, m_blocks, splits, p.sym == 1);
-  return check_launch();
+  return launch_kernel(kKernel, dim3(grid), dim3(Cfg::kThreads), Cfg::kSmemBytes, p.stream, p.x_from_prior_kernel, w,
+                       p, values_map, m_blocks, splits, p.sym == 1);
 }
 
 template <typename T>
