@@ -639,12 +639,19 @@ const char* allow_dynamic_smem() {
   return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
 }
 
-// Calls run(Cfg{}) with the CTA configuration for the tile width G (128 or 64) and the plan's row block (256 or
-// 128 rows): both Hopper kernels choose among their four configurations this way.
-template <typename Cfg128x256, typename Cfg128x128, typename Cfg64x256, typename Cfg64x128, typename Run>
+// Calls run(Cfg{}) with the CTA configuration among Cfgs whose columns are the tile width G and whose rows are the
+// plan's row block: both Hopper kernels choose among their configurations this way.
+template <typename... Cfgs, typename Run>
 const char* with_tile_config(const PackedTile& w, const Plan& plan, Run run) {
-  if (w.granularity == 128) return plan.block_m == 256 ? run(Cfg128x256{}) : run(Cfg128x128{});
-  return plan.block_m == 256 ? run(Cfg64x256{}) : run(Cfg64x128{});
+  const char* result = "no CTA configuration for this tile width and row block";
+  const auto try_config = [&](auto cfg) {
+    using Cfg = decltype(cfg);
+    if (Cfg::kBN != w.granularity || Cfg::kBM != plan.block_m) return false;
+    result = run(cfg);
+    return true;
+  };
+  static_cast<void>((try_config(Cfgs{}) || ...));
+  return result;
 }
 
 // Launches a TW GEMM kernel (mma.sync or wgmma) with one CTA per (tile, M block, K split). `Cfg` gives the CTA

@@ -596,6 +596,23 @@ constexpr int kLongItemK = 1024;
 // M from which the warp-specialized kernel never splits K (see make_plan).
 constexpr int64_t kWsSplitMaxM = 1024;
 
+// Rows per item of the Hopper kernels. 256-row items halve the packed-value traffic per MMA, but their two
+// warpgroups finish together, so nothing hides their epilogue. Measured on an H200 (bench/results/tw_h200_row_blocks.md):
+// with G = 128 they pay only with two items per SM and long items; with G = 64, whose 128-row items are short of
+// operand reuse, from one item per SM, or from three per four SMs with 32 K steps per item. Where 128-row items
+// would leave over half the SMs idle, the warp-specialized kernel takes 64-row items instead (K is not split there).
+int wgmma_block_m(const PackedTile& w, const Problem& p, Path path) {
+  const auto items = [&](int bm) { return static_cast<int64_t>(w.num_tiles) * cdiv(p.M, bm); };
+  const bool ws_unsplit = path == Path::kWgmmaWs && p.M >= kWsSplitMaxM;
+  if (ws_unsplit && 2 * items(128) <= p.num_sms) return 64;
+  if (items(256) >= 2LL * p.num_sms && w.max_tile_k >= kLongItemK) return 256;
+  if (ws_unsplit && w.granularity == 64) {
+    const int64_t mean_k = w.value_rows / w.num_tiles;
+    if (items(256) >= p.num_sms || (4 * items(256) >= 3LL * p.num_sms && mean_k >= 2 * kLongItemK)) return 256;
+  }
+  return 128;
+}
+
 int splits_for(const PackedTile& w, const Problem& p, int bm) {
   // Small M: pieces of kSmallMSplitRows kept rows each (the kernel's own rule), enough for the heaviest tile.
   if (bm == kSmallMBlock) return std::max(1, cdiv(w.max_tile_k, kSmallMSplitRows));
@@ -665,10 +682,7 @@ Plan make_plan(const PackedTile& w, const Problem& p) {
   }
   plan.path = wants_wgmma ? wanted : Path::kMmaSync;
   if (wants_wgmma) {
-    // 256-row items halve the packed-value traffic per MMA, but their two warpgroups finish together, so nothing
-    // hides their epilogue: worth it only with two items per SM and long items (16 K steps or more).
-    const int64_t ctas256 = static_cast<int64_t>(w.num_tiles) * cdiv(p.M, 256);
-    plan.block_m = ctas256 >= 2LL * p.num_sms && w.max_tile_k >= kLongItemK ? 256 : 128;
+    plan.block_m = wgmma_block_m(w, p, plan.path);
   } else {
     plan.block_m = block_m(w.granularity);
   }

@@ -259,7 +259,7 @@ __device__ __forceinline__ bool direct_epilogue(const Problem& p, const WorkItem
   using Staged = StagedTile<64, BN>;
   static_assert((RowMajorY ? kRows : BN) * kLd * static_cast<int>(sizeof(T)) <= Staged::kFloats * 4,
                 "the T tile fits the fp32 staging");
-  static_assert(!RowMajorY || kRows == Cfg::kWarpgroup, "a row-major y leaves one tile row per thread");
+  static_assert(!RowMajorY || kRows <= Cfg::kWarpgroup, "a row-major y leaves one tile row per thread");
   const int wtid = threadIdx.x % Cfg::kWarpgroup, lane = wtid & 31, wq = wtid >> 5, t4 = lane & 3;
   float* s_bias = Staged::biases(reinterpret_cast<float*>(stage_c));
   int* s_cols = Staged::cols(reinterpret_cast<float*>(stage_c));
@@ -311,7 +311,7 @@ __device__ __forceinline__ bool direct_epilogue(const Problem& p, const WorkItem
   const int64_t m0 = it.m0 + (Cfg::kCooperative ? cwg * kRows : 0);
   const int64_t rows = p.M - m0 < kRows ? p.M - m0 : kRows;
   if constexpr (RowMajorY) {
-    if (wtid < rows) {  // one tile row per thread: kRows is the warpgroup's 128 threads
+    if (wtid < rows) {  // one tile row per thread: kRows is at most the warpgroup's 128 threads
       T* dst = static_cast<T*>(p.y) + (m0 + wtid) * p.sym + first_col;
       bulk_copy_to_global(dst, s_tile + wtid * kLd * sizeof(T), BN * sizeof(T));
     }
@@ -468,12 +468,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #endif
 }
 
-// Cooperative 256-row items (3 stages of 48 KB for G = 128, 4 of 40 KB for G = 64) when every SM gets two of them,
-// else ping-pong 128-row items (4 stages of 32 KB, or 6 of 24 KB).
+// Cooperative 256-row items (3 stages of 48 KB for G = 128, 4 of 40 KB for G = 64), ping-pong 128-row items (4
+// stages of 32 KB, or 6 of 24 KB), or ping-pong 64-row items (6 stages of 24 KB, or 8 of 16 KB) where 128-row ones
+// would leave most SMs idle: make_plan's wgmma_block_m chooses.
 using Ws128x256 = WsConfig<128, 2, 3, true>;
 using Ws128x128 = WsConfig<128, 2, 4, false>;
 using Ws64x256 = WsConfig<64, 2, 4, true>;
 using Ws64x128 = WsConfig<64, 2, 6, false>;
+using Ws128x64 = WsConfig<128, 1, 6, false>;
+using Ws64x64 = WsConfig<64, 1, 8, false>;
 
 // The driver's tensor-map encoder, looked up once (the runtime links no driver symbols); nullptr if missing.
 PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
@@ -527,7 +530,7 @@ const char* run_ws(const PackedTile& w, const Problem& p, int splits) {
 
 template <typename T>
 const char* dispatch_ws(const PackedTile& w, const Problem& p, const Plan& plan) {
-  return with_tile_config<Ws128x256, Ws128x128, Ws64x256, Ws64x128>(
+  return with_tile_config<Ws128x256, Ws128x128, Ws128x64, Ws64x256, Ws64x128, Ws64x64>(
       w, plan, [&](auto cfg) { return run_ws<T, decltype(cfg)>(w, p, plan.splits); });
 }
 }  // namespace

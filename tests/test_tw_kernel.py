@@ -119,20 +119,22 @@ def test_repeated_calls_are_deterministic_without_split() -> None:
 def test_every_output_written() -> None:
     """The output block is first filled with NaN (the caching allocator hands the same block back), so any
     element the kernels skip shows up as non-finite."""
-    for m, n, g in [(4096, 1024, 64), (8, 1024, 128), (1, 4096, 128), (16, 4096, 128), (16, 4096, 32), (160, 1024, 32)]:
+    for m, n, g in [(4096, 1024, 64), (2056, 136, 128), (8, 1024, 128), (1, 4096, 128), (16, 4096, 128), (16, 4096, 32), (160, 1024, 32)]:
         packed, x, bias, ref = _case(m, 768, n, g, torch.float16, seed=3, residual=True, activation=None)
         poison = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float16)
         del poison
         assert rel_err(packed.matmul(x, bias), ref) <= KERNEL_TOLERANCE[torch.float16]
 
 
-# Hopper cases (M, K, N): split-K (few items), one or several rounds of the persistent schedule (each CTA walking
-# many items, so the stage ring wraps across items), 256-row CTA tiles (many items), ragged M (row-major x only).
+# Hopper cases (M, K, N): split-K (few items), 64-row items (M >= 1024 with few tiles), one or several rounds of the
+# persistent schedule (each CTA walking many items, so the stage ring wraps across items), 256-row CTA tiles (many
+# items; with G = 64 from one item per SM), ragged M (row-major x only).
 HOPPER_SHAPES = [
     (24, 520, 264),
     (136, 1032, 776),
     (200, 2056, 392),
     (1000, 776, 1032),
+    (2056, 776, 136),
     (2056, 1544, 2056),
     (4096, 1032, 3080),
     (8192, 264, 8192),
@@ -194,8 +196,8 @@ def test_hopper_kernels_agree_and_repeat() -> None:
     repeated calls (no split-K here, so no atomics)."""
     if not _is_hopper():
         pytest.skip("wgmma needs a Hopper GPU")
-    for g, m in [(128, 4096), (128, 200), (64, 3000), (64, 136)]:
-        packed, x, bias, ref = _case(m, 1032, 776, g, torch.float16, seed=g + m, residual=True, activation="relu")
+    for g, m, n in [(128, 4096, 776), (128, 2056, 264), (128, 200, 776), (64, 3000, 776), (64, 136, 776)]:
+        packed, x, bias, ref = _case(m, 1032, n, g, torch.float16, seed=g + m, residual=True, activation="relu")
         for kernel in ("mma.sync", *HOPPER_KERNELS):
             y = tw_matmul(x, packed, bias, "relu", kernel=kernel)
             assert rel_err(y, ref) <= KERNEL_TOLERANCE[torch.float16], f"{kernel} G={g} M={m}"
