@@ -596,20 +596,28 @@ constexpr int kLongItemK = 1024;
 // M from which the warp-specialized kernel never splits K (see make_plan).
 constexpr int64_t kWsSplitMaxM = 1024;
 
-// Rows per item of the Hopper kernels. 256-row items halve the packed-value traffic per MMA, but their two
-// warpgroups finish together, so nothing hides their epilogue. Measured on an H200 (bench/results/tw_h200_row_blocks.md):
-// with G = 128 they pay only with two items per SM and long items; with G = 64, whose 128-row items are short of
-// operand reuse, from one item per SM, or from three per four SMs with 32 K steps per item. Where 128-row items
-// would leave over half the SMs idle, the warp-specialized kernel takes 64-row items instead (K is not split there).
+// Rows per item of the Hopper kernels, from measurements on an H200 (bench/results/tw_h200_row_blocks.md and
+// tw_h200_192_row_items.md). 256-row items halve the packed-value traffic per MMA, but their two warpgroups finish
+// together, so nothing hides their epilogue: with G = 128 they pay only with two items per SM and long items; with
+// G = 64, whose 128-row items are short of operand reuse, from one item per SM, or from three per four SMs with 32
+// K steps per item. Where 128-row items would leave over half the SMs idle, the warp-specialized kernel takes
+// 64-row items instead (K is not split there).
 int wgmma_block_m(const PackedTile& w, const Problem& p, Path path) {
   const auto items = [&](int bm) { return static_cast<int64_t>(w.num_tiles) * cdiv(p.M, bm); };
   const bool ws_unsplit = path == Path::kWgmmaWs && p.M >= kWsSplitMaxM;
   if (ws_unsplit && 2 * items(128) <= p.num_sms) return 64;
   if (items(256) >= 2LL * p.num_sms && w.max_tile_k >= kLongItemK) return 256;
+  const int64_t mean_k = w.value_rows / w.num_tiles;
   if (ws_unsplit && w.granularity == 64) {
-    const int64_t mean_k = w.value_rows / w.num_tiles;
     if (items(256) >= p.num_sms || (4 * items(256) >= 3LL * p.num_sms && mean_k >= 2 * kLongItemK)) return 256;
   }
+  // Cooperative 192-row items where they take fewer rows per SM than rounds of 128-row ones, counted 10% dearer
+  // (their epilogue is not hidden), and where tiles keep about as many rows each (vector-wise N:M: BERT FFN out at
+  // 2:8 runs as one round of 132 items of 192 rows instead of 192 items of 128 on 132 SMs). With uneven tiles the
+  // heaviest-first schedule already pairs heavy 128-row items with light ones, and 192 rows lost there.
+  const auto rows_per_sm = [&](int bm) { return cdiv(items(bm), p.num_sms) * static_cast<int64_t>(bm); };
+  const bool even_tiles = 20LL * w.max_tile_k <= 23 * mean_k;
+  if (ws_unsplit && even_tiles && 11 * rows_per_sm(192) < 10 * rows_per_sm(128)) return 192;
   return 128;
 }
 

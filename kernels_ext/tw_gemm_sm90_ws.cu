@@ -33,13 +33,18 @@ namespace {
 constexpr int kProducerRegs = 72;
 constexpr int kConsumerRegs = 216;
 
-// BN = G output columns; each consumer warpgroup owns MIWG blocks of 64 rows of an item, which is BM = 64 * MIWG
-// rows in ping-pong (one warpgroup per item) and 128 * MIWG when cooperative (both warpgroups on every item).
-template <int BN, int MIWG, int Stages, bool Cooperative>
+// BN = G output columns, BM rows per item. Ping-pong: one warpgroup per item, over all BM rows. Cooperative: both
+// warpgroups on every item, warpgroup 0 on the first half of its 64-row blocks (the larger one, for 192 rows), 1 on
+// the rest: kBlocks0 and kBlocks1 64-row blocks, from first_block(cwg).
+template <int BN, int BM, int Stages, bool Cooperative>
 struct WsConfig {
   static constexpr bool kCooperative = Cooperative;
   static constexpr int kConsumersPerItem = Cooperative ? 2 : 1;
-  static constexpr int kBM = 64 * MIWG * kConsumersPerItem, kBN = BN, kBK = 64, kStages = Stages, kMIWG = MIWG;
+  static constexpr int kBM = BM, kBN = BN, kBK = 64, kStages = Stages;
+  static constexpr int kBlocks0 = Cooperative ? (BM / 64 + 1) / 2 : BM / 64;
+  static constexpr int kBlocks1 = Cooperative ? BM / 128 : BM / 64;
+  static_assert(BM % 64 == 0 && kBlocks1 >= 1 && kBlocks0 <= 2, "one or two 64-row blocks per warpgroup");
+  __device__ static constexpr int first_block(int cwg) { return Cooperative && cwg == 1 ? kBlocks0 : 0; }
   static constexpr int kWarpgroup = 128, kThreads = 3 * kWarpgroup, kWarpsPerGroup = kWarpgroup / 32;
   static constexpr int kSlabBytes = kBK * 128;  // 64 M (or N) elements x 64 K rows
   static constexpr int kAStageBytes = kBM / 64 * kSlabBytes, kBStageBytes = BN / 64 * kSlabBytes;
@@ -101,16 +106,20 @@ __device__ __forceinline__ int schedule_rounds(const PackedTile& w, int m_blocks
   return (w.num_tiles * m_blocks * splits + grid - 1) / grid;
 }
 
-// How a producer thread covers one operand of a stage (64 K rows x Chunks 16-byte chunks): chunks c0 + 16 h of rows
-// r0 + j * kRowStep. The row step is a multiple of 8, so each copy's swizzled address is the first one's plus a
-// compile-time offset, and rows r0 + j * kRowStep < 32 exactly for the first 32 / kRowStep values of j.
+// How a producer thread covers one operand of a stage (64 K rows x Chunks 16-byte chunks): chunks c0 +
+// kLanesPerRow h of rows r0 + j * kRowStep. The row step is a multiple of 8, so each copy's swizzled address is the
+// first one's plus a compile-time offset, and rows r0 + j * kRowStep < 32 exactly for the first 32 / kRowStep
+// values of j. 16 lanes per row where the chunks come in 16s, else 8 (one 64-element slab row each).
 template <int Chunks>
 struct StageCover {
-  static constexpr int kLanesPerRow = Chunks < 16 ? Chunks : 16;
+  static constexpr int kLanesPerRow = Chunks % 16 == 0 ? 16 : 8;
   static constexpr int kRowStep = 128 / kLanesPerRow;
   static constexpr int kRowPasses = 64 / kRowStep, kHalves = Chunks / kLanesPerRow;
-  static_assert(kRowStep % 8 == 0 && 32 % kRowStep == 0, "a 128-thread warpgroup covers whole 8-row groups");
-  static constexpr int dst_step(int j, int h, int slab_bytes) { return j * (kRowStep / 8) * 1024 + h * 2 * slab_bytes; }
+  static_assert(Chunks % 8 == 0 && kRowStep % 8 == 0 && 32 % kRowStep == 0,
+                "a 128-thread warpgroup covers whole 8-row groups of whole slabs");
+  static constexpr int dst_step(int j, int h, int slab_bytes) {
+    return j * (kRowStep / 8) * 1024 + h * (kLanesPerRow / 8) * slab_bytes;
+  }
 };
 
 #ifdef SPARSEPRUNE_WGMMA
@@ -149,7 +158,7 @@ __device__ __forceinline__ void produce(const PackedTile& w, const Problem& p, c
     const T* a_src = x + it.m0 + a_c0 * 8;  // this thread's M columns of any kept row
     bool a_in_m[A::kHalves];
 #pragma unroll
-    for (int h = 0; h < A::kHalves; ++h) a_in_m[h] = it.m0 + (a_c0 + 16 * h) * 8 < p.M;
+    for (int h = 0; h < A::kHalves; ++h) a_in_m[h] = it.m0 + (a_c0 + A::kLanesPerRow * h) * 8 < p.M;
     for (int ks = it.s0; ks < it.s1; ++ks) {
       int next_lo, next_hi;
       fetch_rows(it, ks + 1, next_lo, next_hi);
@@ -163,7 +172,7 @@ __device__ __forceinline__ void produce(const PackedTile& w, const Problem& p, c
 #pragma unroll
         for (int h = 0; h < A::kHalves; ++h) {
           const bool ok = row >= 0 && a_in_m[h];
-          cp_async16_to(sa + a_dst + A::dst_step(j, h, kSlab), ok ? src + 128 * h : x, ok ? 16 : 0);
+          cp_async16_to(sa + a_dst + A::dst_step(j, h, kSlab), ok ? src + 8 * A::kLanesPerRow * h : x, ok ? 16 : 0);
         }
       }
       if (tid == 0) {
@@ -205,11 +214,11 @@ __device__ __forceinline__ void fence_accumulators(float (&acc)[MIWG][NACC]) {
 
 // Epilogue of one consumer warpgroup (cwg) for one item, 64 rows at a time through the warpgroup's staging buffer:
 // store_tile (bias, residual, activation, cols), or split-K partial sums into the workspace.
-template <typename T, typename Cfg>
+template <typename T, typename Cfg, int MIWG>
 __device__ __forceinline__ void consumer_epilogue(const PackedTile& w, const Problem& p, const WorkItem& it,
                                                   int splits, bool feature_major_out, int cwg,
-                                                  float (&acc)[Cfg::kMIWG][Cfg::kBN / 2], unsigned char* stage_c) {
-  constexpr int BN = Cfg::kBN, MIWG = Cfg::kMIWG;
+                                                  float (&acc)[MIWG][Cfg::kBN / 2], unsigned char* stage_c) {
+  constexpr int BN = Cfg::kBN;
   const int wtid = threadIdx.x % Cfg::kWarpgroup, lane = wtid & 31, wq = wtid >> 5, g = lane >> 2, t4 = lane & 3;
   using Staged = StagedTile<64, BN>;
   float* s_c = reinterpret_cast<float*>(stage_c);
@@ -232,7 +241,7 @@ __device__ __forceinline__ void consumer_epilogue(const PackedTile& w, const Pro
       Staged::template stage_columns<T, Cfg::kWarpgroup>(s_c, w, p, it.tile, wtid);
     }
     named_barrier_sync<Cfg::kWarpgroup>(bar_id);
-    const int64_t m0 = it.m0 + ((Cfg::kCooperative ? cwg * MIWG : 0) + i) * 64;
+    const int64_t m0 = it.m0 + (Cfg::first_block(cwg) + i) * 64;
     if (splits > 1) {
       add_partial_tile<64, BN, Cfg::kWarpgroup>(s_c, w, p, m0, it.tile, feature_major_out, wtid);
     } else {
@@ -250,11 +259,11 @@ __device__ __forceinline__ void consumer_epilogue(const PackedTile& w, const Pro
 // goes on to its next item while the copies drain; the fp32 staging and per-thread stores of consumer_epilogue
 // took ~7000 cycles per 128 x 128 item, longer than the other warpgroup's MMAs. col and bias: this thread's column
 // of the tile (-1 pruned) and its bias, loaded earlier.
-template <typename T, typename Cfg, bool RowMajorY>
+template <typename T, typename Cfg, int MIWG, bool RowMajorY>
 __device__ __forceinline__ bool direct_epilogue(const Problem& p, const WorkItem& it, int cwg,
-                                                float (&acc)[Cfg::kMIWG][Cfg::kBN / 2], unsigned char* stage_c,
-                                                int col, float bias) {
-  constexpr int BN = Cfg::kBN, MIWG = Cfg::kMIWG, kRows = 64 * MIWG;
+                                                float (&acc)[MIWG][Cfg::kBN / 2], unsigned char* stage_c, int col,
+                                                float bias) {
+  constexpr int BN = Cfg::kBN, kRows = 64 * MIWG;
   constexpr int kLd = RowMajorY ? BN + 8 : kRows + 8;  // buffer row length: a tile row, or a tile column
   using Staged = StagedTile<64, BN>;
   static_assert((RowMajorY ? kRows : BN) * kLd * static_cast<int>(sizeof(T)) <= Staged::kFloats * 4,
@@ -308,7 +317,7 @@ __device__ __forceinline__ bool direct_epilogue(const Problem& p, const WorkItem
   });
   fence_proxy_async();  // the bulk copies read the tile through the async proxy
   named_barrier_sync<Cfg::kWarpgroup>(bar_id);
-  const int64_t m0 = it.m0 + (Cfg::kCooperative ? cwg * kRows : 0);
+  const int64_t m0 = it.m0 + Cfg::first_block(cwg) * 64;
   const int64_t rows = p.M - m0 < kRows ? p.M - m0 : kRows;
   if constexpr (RowMajorY) {
     if (wtid < rows) {  // one tile row per thread: kRows is at most the warpgroup's 128 threads
@@ -337,17 +346,17 @@ __device__ __forceinline__ void advance_ring(int& stage, uint32_t& phase, int st
   stage %= Stages;
 }
 
-// Consumer warpgroup cwg (0 or 1). Cooperative: MMAs on its 64 * MIWG rows of every item, then its share of the
-// epilogue. Ping-pong: the CTA's items alternate between the two warpgroups; for each of its own it runs the MMAs
+// Consumer warpgroup cwg (0 or 1), with MIWG blocks of 64 rows. Cooperative: MMAs on its rows of every item, then
+// its share of the epilogue. Ping-pong: the CTA's items alternate between the two warpgroups; for each of its own it runs the MMAs
 // over all BM rows and then the epilogue, and it skips the other warpgroup's stages in the ring. The mainloops take
 // turns through the order barriers (order + 8 * cwg is this warpgroup's): a parity wait tells
 // apart only two phases, so a warpgroup must not wait on a stage of its next item before the other one has waited
 // on every stage of the item between, or it could see a phase two laps old as complete.
-template <typename T, typename Cfg>
+template <typename T, typename Cfg, int MIWG>
 __device__ __forceinline__ void consume(const PackedTile& w, const Problem& p, int m_blocks, int splits,
                                         bool feature_major_out, int cwg, uint32_t ring, uint32_t full,
                                         uint32_t empty, uint32_t order, unsigned char* stage_c) {
-  constexpr int BK = Cfg::kBK, MIWG = Cfg::kMIWG, NACC = Cfg::kBN / 2;
+  constexpr int BK = Cfg::kBK, NACC = Cfg::kBN / 2;
   wait_for_prerequisite_grid();  // a TEW residual or the pruned-column fill reads x
   const bool release_lane = (threadIdx.x & 31) == 0;
   const int wtid = threadIdx.x % Cfg::kWarpgroup;
@@ -404,7 +413,7 @@ __device__ __forceinline__ void consume(const PackedTile& w, const Problem& p, i
       wgmma_fence();
       // Always the full step, one straight-line MMA sequence: the half step a 32-padded tile can end with has
       // zero-filled rows in both operands, and a branch between two sequences made ptxas serialize every wgmma.
-      wgmma_k_step<T, Cfg::kBN, MIWG, BK / 16>(acc, sa, sb, Cfg::kCooperative ? cwg * MIWG : 0, Cfg::kSlabBytes);
+      wgmma_k_step<T, Cfg::kBN, MIWG, BK / 16>(acc, sa, sb, Cfg::first_block(cwg), Cfg::kSlabBytes);
       wgmma_commit();
       wgmma_wait<1>();  // the previous step's MMAs are done: its stage goes back to the producer
       fence_accumulators(acc);
@@ -423,9 +432,9 @@ __device__ __forceinline__ void consume(const PackedTile& w, const Problem& p, i
     fence_accumulators(acc);
     if (held >= 0 && release_lane) mbarrier_arrive(empty + held * 8);
     if (direct) {
-      direct_epilogue<T, Cfg, false>(p, it, cwg, acc, stage_c, col, col_bias);
-    } else if (!(direct_rows && direct_epilogue<T, Cfg, true>(p, it, cwg, acc, stage_c, col, col_bias))) {
-      consumer_epilogue<T, Cfg>(w, p, it, splits, feature_major_out, cwg, acc, stage_c);
+      direct_epilogue<T, Cfg, MIWG, false>(p, it, cwg, acc, stage_c, col, col_bias);
+    } else if (!(direct_rows && direct_epilogue<T, Cfg, MIWG, true>(p, it, cwg, acc, stage_c, col, col_bias))) {
+      consumer_epilogue<T, Cfg, MIWG>(w, p, it, splits, feature_major_out, cwg, acc, stage_c);
     }
   }
   while (!fill.done()) fill.step(w, p);
@@ -461,22 +470,32 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   } else {
     setmaxnreg_inc<kConsumerRegs>();
     unsigned char* stage_c = smem + Cfg::kPipeBytes + (wg - 1) * Cfg::kEpiBytes;
-    consume<T, Cfg>(w, p, m_blocks, splits, feature_major_out, wg - 1, ring, full, empty, order, stage_c);
+    // One inlined copy of the consumer where both warpgroups own as many rows (two copies spill registers).
+    if constexpr (Cfg::kBlocks0 == Cfg::kBlocks1) {
+      consume<T, Cfg, Cfg::kBlocks0>(w, p, m_blocks, splits, feature_major_out, wg - 1, ring, full, empty, order,
+                                     stage_c);
+    } else if (wg == 1) {
+      consume<T, Cfg, Cfg::kBlocks0>(w, p, m_blocks, splits, feature_major_out, 0, ring, full, empty, order, stage_c);
+    } else {
+      consume<T, Cfg, Cfg::kBlocks1>(w, p, m_blocks, splits, feature_major_out, 1, ring, full, empty, order, stage_c);
+    }
   }
 #else
   __trap();  // built without sm_90a: the host never selects this kernel (see wgmma_available)
 #endif
 }
 
-// Cooperative 256-row items (3 stages of 48 KB for G = 128, 4 of 40 KB for G = 64), ping-pong 128-row items (4
-// stages of 32 KB, or 6 of 24 KB), or ping-pong 64-row items (6 stages of 24 KB, or 8 of 16 KB) where 128-row ones
-// would leave most SMs idle: make_plan's wgmma_block_m chooses.
-using Ws128x256 = WsConfig<128, 2, 3, true>;
-using Ws128x128 = WsConfig<128, 2, 4, false>;
-using Ws64x256 = WsConfig<64, 2, 4, true>;
-using Ws64x128 = WsConfig<64, 2, 6, false>;
-using Ws128x64 = WsConfig<128, 1, 6, false>;
-using Ws64x64 = WsConfig<64, 1, 8, false>;
+// Cooperative 256-row items (3 stages of 48 KB for G = 128, 4 of 40 KB for G = 64), cooperative 192-row items
+// (3 of 40 KB, 4 of 32 KB), ping-pong 128-row items (4 of 32 KB, 6 of 24 KB), or ping-pong 64-row items (6 of
+// 24 KB, 8 of 16 KB): make_plan's wgmma_block_m chooses.
+using Ws128x256 = WsConfig<128, 256, 3, true>;
+using Ws128x192 = WsConfig<128, 192, 3, true>;
+using Ws128x128 = WsConfig<128, 128, 4, false>;
+using Ws128x64 = WsConfig<128, 64, 6, false>;
+using Ws64x256 = WsConfig<64, 256, 4, true>;
+using Ws64x192 = WsConfig<64, 192, 4, true>;
+using Ws64x128 = WsConfig<64, 128, 6, false>;
+using Ws64x64 = WsConfig<64, 64, 8, false>;
 
 // The driver's tensor-map encoder, looked up once (the runtime links no driver symbols); nullptr if missing.
 PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
@@ -530,7 +549,7 @@ const char* run_ws(const PackedTile& w, const Problem& p, int splits) {
 
 template <typename T>
 const char* dispatch_ws(const PackedTile& w, const Problem& p, const Plan& plan) {
-  return with_tile_config<Ws128x256, Ws128x128, Ws128x64, Ws64x256, Ws64x128, Ws64x64>(
+  return with_tile_config<Ws128x256, Ws128x192, Ws128x128, Ws128x64, Ws64x256, Ws64x192, Ws64x128, Ws64x64>(
       w, plan, [&](auto cfg) { return run_ws<T, decltype(cfg)>(w, p, plan.splits); });
 }
 }  // namespace

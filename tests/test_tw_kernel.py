@@ -119,7 +119,8 @@ def test_repeated_calls_are_deterministic_without_split() -> None:
 def test_every_output_written() -> None:
     """The output block is first filled with NaN (the caching allocator hands the same block back), so any
     element the kernels skip shows up as non-finite."""
-    for m, n, g in [(4096, 1024, 64), (2056, 136, 128), (8, 1024, 128), (1, 4096, 128), (16, 4096, 128), (16, 4096, 32), (160, 1024, 32)]:
+    cases = [(4096, 1024, 64), (2056, 136, 128), (8, 1024, 128), (1, 4096, 128), (16, 4096, 128), (16, 4096, 32)]
+    for m, n, g in [*cases, (160, 1024, 32)]:
         packed, x, bias, ref = _case(m, 768, n, g, torch.float16, seed=3, residual=True, activation=None)
         poison = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float16)
         del poison
@@ -189,6 +190,30 @@ def test_row_major_y_when_every_column_is_kept(granularity: int, adjacent: bool)
         ref = tw_matmul_reference(x.float(), packed.to("cuda", torch.float32), bias.float(), "gelu")
         err = rel_err(tw_matmul(x, packed, bias, "gelu", kernel="wgmma.ws"), ref)
         assert err <= KERNEL_TOLERANCE[torch.float16], f"M={m} G={g} adjacent={adjacent}: rel err {err:.2e}"
+
+
+@pytest.mark.parametrize("granularity", [64, 128])
+def test_uneven_cooperative_items(granularity: int) -> None:
+    """Every column kept, one kept-K count for all tiles (vector-wise N:M's form), and six tiles over M = 4000: 192
+    128-row items would need two rounds on 132 SMs, so the warp-specialized kernel takes one round of 192-row items
+    whose warpgroups own 128 and 64 rows; the last block is ragged (160 rows). Both orientations of x and y."""
+    if not _is_hopper():
+        pytest.skip("wgmma needs a Hopper GPU")
+    g, k, m = granularity, 1032, 4000
+    n = 6 * g
+    gen = torch.Generator().manual_seed(g)
+    mask = torch.zeros(k, n, dtype=torch.bool)
+    for t in range(n // g):
+        mask[torch.randperm(k, generator=gen)[:512], t * g : (t + 1) * g] = True
+    packed = pack_tw(torch.randn(k, n, generator=gen) / math.sqrt(k), mask, g).to("cuda", torch.float16)
+    x = torch.randn(m, k, generator=gen).to("cuda", torch.float16)
+    bias = torch.randn(n, generator=gen).to("cuda", torch.float16)
+    ref = tw_matmul_reference(x.float(), packed.to("cuda", torch.float32), bias.float(), "relu")
+    err = rel_err(tw_matmul(x, packed, bias, "relu", kernel="wgmma.ws"), ref)
+    assert err <= KERNEL_TOLERANCE[torch.float16], f"row-major G={g}: rel err {err:.2e}"
+    yt = packed.matmul_feature_major(x.t().contiguous(), bias, "relu", kernel="wgmma.ws")
+    err_fm = rel_err(yt.t(), ref)
+    assert err_fm <= KERNEL_TOLERANCE[torch.float16], f"feature-major G={g}: rel err {err_fm:.2e}"
 
 
 def test_hopper_kernels_agree_and_repeat() -> None:
