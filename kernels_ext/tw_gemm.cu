@@ -601,11 +601,11 @@ constexpr int64_t kWsSplitMaxM = 1024;
 // together, so nothing hides their epilogue: with G = 128 they pay only with two items per SM and long items; with
 // G = 64, whose 128-row items are short of operand reuse, from one item per SM, or from three per four SMs with 32
 // K steps per item. Where 128-row items would leave over half the SMs idle, the warp-specialized kernel takes
-// 64-row items instead (K is not split there).
+// 64-row items instead: at M >= 1024 a round of them, below twice the items to split K over (LSTM gates, M = 128).
 int wgmma_block_m(const PackedTile& w, const Problem& p, Path path) {
   const auto items = [&](int bm) { return static_cast<int64_t>(w.num_tiles) * cdiv(p.M, bm); };
   const bool ws_unsplit = path == Path::kWgmmaWs && p.M >= kWsSplitMaxM;
-  if (ws_unsplit && 2 * items(128) <= p.num_sms) return 64;
+  if (path == Path::kWgmmaWs && 2 * items(128) <= p.num_sms) return 64;
   if (items(256) >= 2LL * p.num_sms && w.max_tile_k >= kLongItemK) return 256;
   const int64_t mean_k = w.value_rows / w.num_tiles;
   if (ws_unsplit && w.granularity == 64) {
