@@ -574,10 +574,11 @@ __device__ __forceinline__ void fill_pruned_share(const PackedTile& w, const Pro
   finalize_share<T>(w, p, false, thread, threads);
 }
 
-// Programmatic dependent launch (sm_90): a kernel launched by launch_dependent may begin while the kernel before
-// it in the stream is still running, and calls wait_for_prerequisite_grid before it reads anything; a kernel that
-// is followed that way calls allow_dependent_launch once all of its CTAs are resident, so that the dependent's
-// CTAs are already waiting when it ends instead of being launched then. Both are no-ops before sm_90.
+// Programmatic dependent launch (sm_90): a kernel that launch_kernel starts as a dependent may begin while the
+// kernel before it in the stream is still running, and calls wait_for_prerequisite_grid before it reads what that
+// kernel writes; a kernel that is followed that way calls allow_dependent_launch once all of its CTAs are resident,
+// so that the dependent's CTAs are already waiting when it ends instead of being launched then. Both are no-ops
+// before sm_90.
 __device__ __forceinline__ void wait_for_prerequisite_grid() {
 #if __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
