@@ -433,8 +433,9 @@ struct StridedWalk {
 // Worker `worker` of `workers` walks its share of the finalize work (bias, TEW residual, activation, and the
 // workspace sums for all_columns) one output run at a time. Consecutive workers go along y's contiguous dimension,
 // so the stores coalesce. The work (outer, inner) is (column, run of 8 m) for a feature-major y and (m, column) for
-// a row-major one. Each step's column is loaded a step ahead, from the constructor on, and its bias by fetch_bias(), which a kernel may call well before step(): the GEMV builds its cursor before its
-// main loop, so that these dependent loads do not wait one after another at the end of the kernel.
+// a row-major one. Each step's column is loaded a step ahead, from the constructor on, and its bias by fetch_bias(),
+// which a kernel may call well before step(): the GEMV builds its cursor before its main loop, so that these
+// dependent loads do not wait one after another at the end of the kernel.
 template <typename T>
 class FinalizeCursor {
  public:

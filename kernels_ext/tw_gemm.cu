@@ -604,8 +604,8 @@ constexpr int64_t kWsSplitMaxM = 1024;
 // 64-row items instead: at M >= 1024 a round of them, below twice the items to split K over (LSTM gates, M = 128).
 int wgmma_block_m(const PackedTile& w, const Problem& p, Path path) {
   const auto items = [&](int bm) { return static_cast<int64_t>(w.num_tiles) * cdiv(p.M, bm); };
-  const bool ws_unsplit = path == Path::kWgmmaWs && p.M >= kWsSplitMaxM;
-  if (path == Path::kWgmmaWs && 2 * items(128) <= p.num_sms) return 64;
+  const bool ws = path == Path::kWgmmaWs, ws_unsplit = ws && p.M >= kWsSplitMaxM;
+  if (ws && 2 * items(128) <= p.num_sms) return 64;
   if (items(256) >= 2LL * p.num_sms && w.max_tile_k >= kLongItemK) return 256;
   const int64_t mean_k = w.value_rows / w.num_tiles;
   if (ws_unsplit && w.granularity == 64) {

@@ -347,9 +347,9 @@ __device__ __forceinline__ void advance_ring(int& stage, uint32_t& phase, int st
 }
 
 // Consumer warpgroup cwg (0 or 1), with MIWG blocks of 64 rows. Cooperative: MMAs on its rows of every item, then
-// its share of the epilogue. Ping-pong: the CTA's items alternate between the two warpgroups; for each of its own it runs the MMAs
-// over all BM rows and then the epilogue, and it skips the other warpgroup's stages in the ring. The mainloops take
-// turns through the order barriers (order + 8 * cwg is this warpgroup's): a parity wait tells
+// its share of the epilogue. Ping-pong: the CTA's items alternate between the two warpgroups; for each of its own
+// it runs the MMAs over all BM rows and then the epilogue, and it skips the other warpgroup's stages in the ring.
+// The mainloops take turns through the order barriers (order + 8 * cwg is this warpgroup's): a parity wait tells
 // apart only two phases, so a warpgroup must not wait on a stage of its next item before the other one has waited
 // on every stage of the item between, or it could see a phase two laps old as complete.
 template <typename T, typename Cfg, int MIWG>

@@ -119,8 +119,16 @@ def test_repeated_calls_are_deterministic_without_split() -> None:
 def test_every_output_written() -> None:
     """The output block is first filled with NaN (the caching allocator hands the same block back), so any
     element the kernels skip shows up as non-finite."""
-    cases = [(4096, 1024, 64), (2056, 136, 128), (8, 1024, 128), (1, 4096, 128), (16, 4096, 128), (16, 4096, 32)]
-    for m, n, g in [*cases, (160, 1024, 32)]:
+    cases = [
+        (4096, 1024, 64),
+        (2056, 136, 128),
+        (8, 1024, 128),
+        (1, 4096, 128),
+        (16, 4096, 128),
+        (16, 4096, 32),
+        (160, 1024, 32),
+    ]
+    for m, n, g in cases:
         packed, x, bias, ref = _case(m, 768, n, g, torch.float16, seed=3, residual=True, activation=None)
         poison = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float16)
         del poison
