@@ -64,6 +64,7 @@ def _extensions() -> tuple[list, dict]:
     sources = [
         "kernels_ext/bindings.cpp",
         "kernels_ext/tw_gemm.cu",
+        "kernels_ext/tw_gemv.cu",
         "kernels_ext/tw_gemm_sm90.cu",
         "kernels_ext/tw_gemm_sm90_ws.cu",
         "kernels_ext/nm_gemm.cu",

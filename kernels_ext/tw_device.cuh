@@ -667,6 +667,10 @@ const char* launch_tiles(const PackedTile& w, const Problem& p, int splits) {
                        p.x_from_prior_kernel, w, p, m_blocks, splits, p.sym == 1);
 }
 
+// Implemented in tw_gemv.cu: the plan for M <= kSmallM (kGemv, or kGemvMma above kGemvMaxM rows of an x with
+// 16-byte rows, which the binding transposes a row-major x into), and its launch.
+Plan gemv_plan(const PackedTile& w, const Problem& p);
+const char* launch_gemv(const PackedTile& w, const Problem& p, const Plan& plan);
 // Implemented in tw_gemm_sm90.cu.
 // True when the wgmma kernels hold sm_90a machine code that this (Hopper) device runs.
 bool wgmma_available();

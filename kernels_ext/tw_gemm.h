@@ -11,9 +11,10 @@ namespace tw {
 
 enum class DType : int { kHalf = 0, kBFloat16 = 1 };
 enum class Activation : int { kNone = 0, kRelu = 1, kGelu = 2 };
-// Kernel family: auto picks the GEMV or the 16-row mma.sync configuration for M <= kSmallM, else the
-// warp-specialized wgmma kernel on Hopper builds, else mma.sync. kWgmma is the earlier wgmma kernel (every thread loads and multiplies), kept for A/B comparison.
-enum class Path : int { kAuto = 0, kMmaSync = 1, kWgmma = 2, kWgmmaWs = 3, kGemv = 4, kUnavailable = 5 };
+// Kernel family: auto picks a GEMV for M <= kSmallM (on CUDA cores, or kGemvMma on tensor cores), else the
+// warp-specialized wgmma kernel on Hopper builds, else mma.sync. kWgmma is the earlier wgmma kernel (every thread
+// loads and multiplies), kept for A/B comparison.
+enum class Path : int { kAuto = 0, kMmaSync = 1, kWgmma = 2, kWgmmaWs = 3, kGemv = 4, kGemvMma = 5, kUnavailable = 6 };
 
 // Packed TW weight (see sparseprune/export/formats/tw.py). Tile t owns columns cols[t*G .. t*G+G) (-1 pads) and
 // kept K rows rows[tile_ptr[t] .. tile_ptr[t+1]) (-1 pads, a multiple of kKStep); its values are a dense
@@ -65,8 +66,8 @@ struct Plan {
 };
 
 constexpr int kKStep = 32;  // kept K of every tile is padded to a multiple of this
-constexpr int kSmallM = 16;   // M up to this is memory bound: the GEMV, or the 16-row mma.sync kernel
-constexpr int kGemvMaxM = 8;  // M up to this always runs the GEMV; above, a feature-major x runs on tensor cores
+constexpr int kSmallM = 16;   // M up to this is memory bound: a GEMV streams each packed value once
+constexpr int kGemvMaxM = 8;  // M up to this runs on CUDA cores; above, an x with 16-byte rows on tensor cores
 
 // Kernel family, CTA rows and K splits for this call (also what needs_workspace() decides from).
 Plan make_plan(const PackedTile& w, const Problem& p);

@@ -79,10 +79,11 @@ def test_sweep_matches_fp32_reference(kernel: str, dtype: torch.dtype, granulari
         assert err_fm <= KERNEL_TOLERANCE[dtype], f"feature-major M={m} K={k} N={n}: rel err {err_fm:.2e}"
 
 
-# Small M at (M, K, N): the GEMV up to M 8 and for a feature-major x without 16-byte rows (M 13), the 16-row
-# tensor-core kernel above. N 4104 and 16392 give enough tiles that every GEMV CTA owns its tiles' whole kept K and
-# finishes its columns itself; N 520 gives so few that K is split over CTAs and a finalize pass; kept K above 512
-# spans several gathered chunks of x in the GEMV at M 8.
+# Small M at (M, K, N): the CUDA-core GEMV up to M 8 and for a feature-major x without 16-byte rows (M 10, 13), the
+# tensor-core GEMV above (a row-major x is transposed into rows of 16, zero-filled past M). N 4104 and 16392 give
+# enough tiles that every CTA owns its tiles' whole kept K and finishes its columns itself; N 520 gives so few that
+# K is split over CTAs and a finalize pass. Kept K above 512 spans several gathered chunks of x in the GEMV at M 8,
+# and several batches of every warp in the tensor-core GEMV at K 6152; at K 264 most of its warps have no K step.
 GEMV_SHAPES = [
     (1, 1544, 4104),
     (1, 6152, 1032),  # tiles of several chunks of kept rows
@@ -90,8 +91,10 @@ GEMV_SHAPES = [
     (4, 264, 16392),
     (5, 1544, 4104),
     (8, 264, 4104),
+    (10, 264, 4104),
     (13, 1544, 520),
     (16, 1544, 4104),
+    (16, 6152, 1032),
 ]
 
 

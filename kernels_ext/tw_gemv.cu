@@ -1,0 +1,426 @@
+// The TW GEMM at small M (M <= kSmallM), bound by the packed weight's bytes. A CTA owns a slice of kGemvSliceCols
+// columns of one tile over the tile's kept K (or one K split of it), so every packed value is read once, and finishes
+// its columns and a share of the pruned ones itself: unless K is split (too few CTAs for the GPU), one launch is the
+// whole call. Up to kGemvMaxM rows of x the multiplies run on CUDA cores; above, where those FMAs would set the time,
+// on tensor cores (mma.sync m16n8k16, x feature-major with 16-byte rows).
+#include <algorithm>
+#include <type_traits>
+
+#include "mma_sync.cuh"
+#include "tw_device.cuh"
+
+namespace sparseprune {
+namespace tw {
+namespace {
+
+constexpr int kGemvSliceCols = 32;
+constexpr int kGemvThreads = 256;
+constexpr int kGemvWarps = kGemvThreads / 32;
+// Floats of the warps' partial sums of a slice, [warp][MaxM][slice column].
+template <int MaxM>
+constexpr int kSlicePartialFloats = kGemvWarps * MaxM * kGemvSliceCols;
+
+// The M x kGemvSliceCols outputs of a CTA's slice, kOutputs per thread (output t is row t / kGemvSliceCols, slice
+// column t % kGemvSliceCols), finished from the warps' partial sums, staged in shared memory as [warp][MaxM][slice
+// column]. The column indices are requested when the kernel starts and the biases right after its main loop: left to
+// the end, each output waited for a column index and then for its bias, one dependent load after another behind all
+// of the CTA's work. (Outputs ordered m fastest for a feature-major y, and the sums read through ld.shared, made the
+// CUDA-core GEMV 1-3% slower at M = 1, and 18% on vector-wise 2:8.)
+template <typename T, int MaxM>
+class SliceOutputs {
+ public:
+  static constexpr int kOutputs = (MaxM * kGemvSliceCols + kGemvThreads - 1) / kGemvThreads;
+
+  __device__ __forceinline__ SliceOutputs(const PackedTile& w, const Problem& p, int tile, int slice)
+      : split_(gridDim.y > 1), pos0_(tile * w.granularity + slice * kGemvSliceCols) {
+#pragma unroll
+    for (int o = 0; o < kOutputs; ++o) {
+      const int t = threadIdx.x + o * kGemvThreads;
+      col_[o] = t < p.M * kGemvSliceCols ? w.cols[pos0_ + t % kGemvSliceCols] : -1;
+    }
+  }
+  __device__ __forceinline__ void fetch_biases(const Problem& p) {
+#pragma unroll
+    for (int o = 0; o < kOutputs; ++o) bias_[o] = col_[o] >= 0 ? column_bias<T>(p, col_[o]) : 0.0f;
+  }
+  // Adds up the warps' partial sums of this thread's outputs and finishes them (bias, residual, activation), or
+  // after a K split adds them to the workspace for the finalize pass.
+  __device__ __forceinline__ void finish(const float* partial, const PackedTile& w, const Problem& p) const {
+#pragma unroll
+    for (int o = 0; o < kOutputs; ++o) {
+      if (col_[o] < 0) continue;  // past M * kGemvSliceCols, or padding of the last tile
+      const int t = threadIdx.x + o * kGemvThreads, m = t / kGemvSliceCols, c = t % kGemvSliceCols;
+      float s[1] = {0.0f};
+#pragma unroll
+      for (int i = 0; i < kGemvWarps; ++i) s[0] += partial[(i * MaxM + m) * kGemvSliceCols + c];
+      if (split_) {
+        atomicAdd(p.workspace + ws_index(w, p, m, pos0_ + c), s[0]);
+      } else {
+        finish_output<T>(s, col_[o], bias_[o], m, w, p);
+      }
+    }
+  }
+
+ private:
+  bool split_;
+  int pos0_;  // the slice's first position in w.cols
+  int col_[kOutputs];
+  float bias_[kOutputs];
+};
+
+// The CTA's share of the pruned columns, written after its own outputs; none after a K split, whose finalize pass
+// writes every column.
+template <typename T>
+__device__ __forceinline__ FinalizeCursor<T> pruned_share(const PackedTile& w, const Problem& p) {
+  const int64_t workers = gridDim.y > 1 ? 0 : static_cast<int64_t>(gridDim.x) * kGemvThreads;
+  return FinalizeCursor<T>(w, p, false, static_cast<int64_t>(blockIdx.x) * kGemvThreads + threadIdx.x, workers);
+}
+
+// CUDA cores (M <= kGemvMaxM, or an x without 16-byte rows). Each lane streams value vectors
+// of Cols columns (16 bytes; 8 bytes for M > 4, so the MaxM x Cols accumulators fit beside more loads in flight)
+// from rows kRowSlots apart, so a warp reads whole 64-byte row segments. The tile's kept rows of x are gathered
+// into shared memory as fp32, [row][MaxM], one chunk at a time: the inner loop then reads x with one broadcast
+// shared load per row instead of a dependent global load per row and m. Each thread gathers a few whole rows per
+// chunk with all their loads in flight at once, from row indices it loaded a chunk ahead, and the chunk's first
+// value loads are issued before the gather: a gather that walked the chunk element by element, each load waiting
+// for its row index, set the kernel's length. The column indices and biases of the CTA's tail are requested before
+// and right after the main loop (at M = 1 and 90% sparsity, 8% of the call).
+constexpr int kGemvStageFloats = 8192;  // 32 KB of gathered x per chunk
+
+// x(m, row) for m < MaxM as fp32: zeros past M and for a padding row (-1). A feature-major x whose rows are
+// 16-byte aligned (x_vec) is read as whole 16-byte runs; MaxM is then the power of two above M and the row stride
+// a multiple of 8 no smaller than M, so the run stays inside the row.
+template <typename T, int MaxM>
+__device__ __forceinline__ void gather_x_row(const T* x, const Problem& p, int row, int M, bool x_vec,
+                                             float (&out)[MaxM]) {
+  if (row < 0) {
+#pragma unroll
+    for (int m = 0; m < MaxM; ++m) out[m] = 0.0f;
+    return;
+  }
+  const T* src = x + static_cast<int64_t>(row) * p.sxk;
+  if constexpr (MaxM % 8 == 0) {
+    if (x_vec) {
+#pragma unroll
+      for (int c = 0; c < MaxM; c += 8) {
+        const uint4 q = __ldg(reinterpret_cast<const uint4*>(src + c));
+        const T* h = reinterpret_cast<const T*>(&q);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) out[c + e] = c + e < M ? to_float(h[e]) : 0.0f;
+      }
+      return;
+    }
+  }
+#pragma unroll
+  for (int m = 0; m < MaxM; ++m) out[m] = m < M ? to_float(src[m * p.sxm]) : 0.0f;
+}
+
+template <int MaxM>
+struct GemvShape {
+  static constexpr int kCols = MaxM <= 4 ? 8 : 4;
+  static constexpr int kLanesN = kGemvSliceCols / kCols;
+  static constexpr int kRowSlots = kGemvThreads / kLanesN;  // rows a CTA reads at once
+  static constexpr int kUnroll = MaxM <= 2 ? 16 : 8;         // row loads in flight per lane
+  static constexpr int kGatherRows = std::min(8, kGemvStageFloats / MaxM / kGemvThreads);  // per thread and chunk
+  static constexpr int kChunkRows = kGatherRows * kGemvThreads;
+  using Vec = std::conditional_t<kCols == 8, uint4, uint2>;
+  static_assert(kSlicePartialFloats<MaxM> <= kGemvStageFloats, "the partial sums reuse the staging");
+};
+
+template <typename T, int MaxM>
+__global__ void __launch_bounds__(kGemvThreads) tw_gemv_kernel(PackedTile w, Problem p, int k_split) {
+  using Shape = GemvShape<MaxM>;
+  using Vec = typename Shape::Vec;
+  allow_dependent_launch();  // a finalize pass may follow
+  constexpr int kCols = Shape::kCols, kLanesN = Shape::kLanesN, kRowSlots = Shape::kRowSlots;
+  constexpr int kUnroll = Shape::kUnroll;
+  __shared__ __align__(16) float s_x[kGemvStageFloats];
+  const int slices = w.granularity / kGemvSliceCols;
+  const int tile = blockIdx.x / slices, slice = blockIdx.x % slices;
+  const int p0 = w.tile_ptr[tile], kt = w.tile_ptr[tile + 1] - p0;
+  const int kb = min(kt, static_cast<int>(blockIdx.y) * k_split), ke = min(kt, kb + k_split);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int lane_n = lane % kLanesN, slot = tid / kLanesN;
+  const int c0 = slice * kGemvSliceCols + lane_n * kCols;  // the lane's first column inside the tile
+
+  const T* x = static_cast<const T*>(p.x);
+  const T* vals = static_cast<const T*>(w.values) + static_cast<int64_t>(p0) * w.granularity + c0;
+  const int M = static_cast<int>(p.M);
+  float acc[MaxM][kCols];
+#pragma unroll
+  for (int m = 0; m < MaxM; ++m)
+#pragma unroll
+    for (int e = 0; e < kCols; ++e) acc[m][e] = 0.0f;
+
+  Vec v[kUnroll];
+  auto load_batch = [&](int k, int k_end) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int row = k + u * kRowSlots;
+      if (row < k_end) v[u] = __ldg(reinterpret_cast<const Vec*>(vals + static_cast<int64_t>(row) * w.granularity));
+    }
+  };
+  int gather_rows[Shape::kGatherRows];  // kept-row indices of the thread's rows in the next chunk (-1: none)
+  auto load_gather_rows = [&](int k0) {
+#pragma unroll
+    for (int j = 0; j < Shape::kGatherRows; ++j) {
+      const int r = k0 + j * kGemvThreads + tid;
+      gather_rows[j] = r < ke ? w.rows[p0 + r] : -1;
+    }
+  };
+  const bool x_vec = MaxM % 8 == 0 && p.sxm == 1 && p.sxk % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+  load_gather_rows(kb);
+  SliceOutputs<T, MaxM> outputs(w, p, tile, slice);
+  FinalizeCursor<T> fill = pruned_share<T>(w, p);
+  for (int k0 = kb; k0 < ke; k0 += Shape::kChunkRows) {
+    const int k1 = min(ke, k0 + Shape::kChunkRows);
+    int k = k0 + slot;
+    load_batch(k, k1);
+    __syncthreads();  // the previous chunk is fully read
+    float gathered[Shape::kGatherRows][MaxM];
+#pragma unroll
+    for (int j = 0; j < Shape::kGatherRows; ++j) gather_x_row<T>(x, p, gather_rows[j], M, x_vec, gathered[j]);
+#pragma unroll
+    for (int j = 0; j < Shape::kGatherRows; ++j) {
+      float* dst = s_x + (j * kGemvThreads + tid) * MaxM;
+      if constexpr (MaxM % 4 == 0) {
+#pragma unroll
+        for (int m = 0; m < MaxM; m += 4) {
+          *reinterpret_cast<float4*>(dst + m) =
+              make_float4(gathered[j][m], gathered[j][m + 1], gathered[j][m + 2], gathered[j][m + 3]);
+        }
+      } else {
+#pragma unroll
+        for (int m = 0; m < MaxM; ++m) dst[m] = gathered[j][m];
+      }
+    }
+    load_gather_rows(k0 + Shape::kChunkRows);
+    __syncthreads();
+    for (; k < k1; k += kRowSlots * kUnroll) {
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int row = k + u * kRowSlots;
+        if (row >= k1) break;
+        const float* xs = s_x + (row - k0) * MaxM;
+        float xv[MaxM];
+        if constexpr (MaxM % 4 == 0) {
+#pragma unroll
+          for (int m = 0; m < MaxM; m += 4) {
+            const float4 q = ld_shared_f4(xs + m);
+            xv[m] = q.x, xv[m + 1] = q.y, xv[m + 2] = q.z, xv[m + 3] = q.w;
+          }
+        } else {
+#pragma unroll
+          for (int m = 0; m < MaxM; ++m) xv[m] = ld_shared_f32(xs + m);
+        }
+        const T* wv = reinterpret_cast<const T*>(&v[u]);
+#pragma unroll
+        for (int e = 0; e < kCols; ++e) {
+          const float we = to_float(wv[e]);
+#pragma unroll
+          for (int m = 0; m < MaxM; ++m) acc[m][e] += xv[m] * we;
+        }
+      }
+      if (k + kRowSlots * kUnroll < k1) load_batch(k + kRowSlots * kUnroll, k1);
+    }
+  }
+
+  outputs.fetch_biases(p);
+  fill.fetch_bias(p);
+
+  // Lanes with the same lane_n hold sums for the same columns: fold the warp's row lanes, then the warps.
+#pragma unroll
+  for (int m = 0; m < MaxM; ++m)
+#pragma unroll
+    for (int e = 0; e < kCols; ++e) {
+      float s = acc[m][e];
+#pragma unroll
+      for (int off = kLanesN; off < 32; off <<= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+      acc[m][e] = s;
+    }
+  __syncthreads();  // the staging is reused for the partial sums, [warp][m][slice column]
+  if (lane < kLanesN) {
+#pragma unroll
+    for (int m = 0; m < MaxM; ++m)
+#pragma unroll
+      for (int e = 0; e < kCols; ++e) s_x[(warp * MaxM + m) * kGemvSliceCols + lane * kCols + e] = acc[m][e];
+  }
+  __syncthreads();
+  outputs.finish(s_x, w, p);
+  while (!fill.done()) fill.step(w, p);
+}
+
+// Tensor cores (kGemvMaxM < M <= kSmallM, x feature-major with 16-byte rows): the rows of x fill the 16 rows of an
+// m16n8k16 MMA and the slice's 32 columns four n8 fragments. Warp `warp` takes the K steps of 16 kept rows warp,
+// warp + 8, ... in batches of kMmaBatch, with no CTA barrier in its main loop: into its own shared-memory stages it
+// copies a batch's packed values (16-byte cp.async) and gathers the batch's kept rows of x (one 16-byte copy per
+// lane and step, zeros past M and for padding rows), from row indices loaded a batch ahead, while it multiplies the
+// batch before. Two-step batches leave room for three CTAs per SM, so the 344 CTAs of a 4096 x 11008 weight run in
+// one round. Measured against that on an H200 (bench/results/tw_h200_gemv_mma.md): values loaded straight into
+// registers (8 bytes per lane, as the B fragments need them) streamed a fifth slower, and four-step batches with two
+// CTAs per SM were up to 9% slower at 30% sparsity and on the even tiles of vector-wise N:M.
+constexpr int kMmaBatch = 2;                          // K steps per batch; a warp has two batches in flight
+constexpr int kMmaXBytes = 16 * kSmallM * 2;          // one step's gathered x, [16 kept rows][kSmallM m]
+constexpr int kMmaValueBytes = 16 * kGemvSliceCols * 2;  // one step's packed values, [16 kept rows][32 columns]
+constexpr int kMmaStepBytes = kMmaXBytes + kMmaValueBytes;
+constexpr int kMmaWarpBytes = 2 * kMmaBatch * kMmaStepBytes;  // two batches of stages
+constexpr int kMmaSmemBytes = kGemvWarps * kMmaWarpBytes;
+
+template <typename T>
+__global__ void __launch_bounds__(kGemvThreads, 3) tw_gemv_mma_kernel(PackedTile w, Problem p, int k_split) {
+  static_assert(kSmallM == 16, "one m16n8k16 row block holds every row of x");
+  static_assert(kSlicePartialFloats<kSmallM> * 4 <= kMmaSmemBytes, "the partial sums reuse the stages");
+  extern __shared__ __align__(128) unsigned char smem[];
+  allow_dependent_launch();  // a finalize pass may follow
+  const int slices = w.granularity / kGemvSliceCols;
+  const int tile = blockIdx.x / slices, slice = blockIdx.x % slices;
+  const int p0 = w.tile_ptr[tile], kt = w.tile_ptr[tile + 1] - p0;
+  const int kb = min(kt, static_cast<int>(blockIdx.y) * k_split), ke = min(kt, kb + k_split);
+  const int steps = (ke - kb) / 16;
+  constexpr int kBatchStride = kGemvWarps * kMmaBatch;  // steps between a warp's batches
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const uint32_t stages = smem_addr(smem + warp * kMmaWarpBytes);
+  const auto stage = [&](int batch, int u) { return stages + ((batch & 1) * kMmaBatch + u) * kMmaStepBytes; };
+
+  // Values: lane l copies 16-byte chunks l and l + 32 of a step's 16 rows x 4 chunks, swizzled for ldmatrix.
+  const int64_t ld = w.granularity;
+  const T* vals = static_cast<const T*>(w.values) + (p0 + kb) * ld + slice * kGemvSliceCols;
+  int64_t value_src[2];
+  uint32_t value_dst[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int chunk = lane + 32 * h, r = chunk / 4, c = chunk % 4;
+    value_src[h] = r * ld + c * 8;
+    value_dst[h] = kMmaXBytes + r * 64 + swizzle<4>(r, c) * 16;
+  }
+  // x: lane l copies half l % 2 (m 0..7 or 8..15) of the step's kept row l / 2.
+  const int half = lane & 1, copy_row = lane >> 1;
+  const int* rows = w.rows + p0 + kb + copy_row;
+  const T* x = static_cast<const T*>(p.x) + 8 * half;
+  const int x_bytes = min(16, max(0, (static_cast<int>(p.M) - 8 * half) * 2));
+  const uint32_t x_dst = copy_row * 32 + swizzle<2>(copy_row, half) * 16;
+  int x_rows[kMmaBatch];
+  auto load_rows = [&](int batch) {
+#pragma unroll
+    for (int u = 0; u < kMmaBatch; ++u) {
+      const int s = warp + batch * kBatchStride + u * kGemvWarps;
+      x_rows[u] = s < steps ? __ldg(rows + s * 16) : -1;
+    }
+  };
+  auto copy_values = [&](int batch) {
+#pragma unroll
+    for (int u = 0; u < kMmaBatch; ++u) {
+      const int s = warp + batch * kBatchStride + u * kGemvWarps;
+      if (s >= steps) break;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) cp_async16_to(stage(batch, u) + value_dst[h], vals + s * 16 * ld + value_src[h], 16);
+    }
+  };
+  auto copy_x = [&](int batch) {
+#pragma unroll
+    for (int u = 0; u < kMmaBatch; ++u) {
+      const bool ok = x_rows[u] >= 0;
+      cp_async16_to(stage(batch, u) + x_dst, ok ? x + static_cast<int64_t>(x_rows[u]) * p.sxk : x, ok ? x_bytes : 0);
+    }
+  };
+  // ldmatrix sources: A (x) rows a_row, chunk a_chunk; B (values) rows b_row, chunk b_chunk (+2 for columns 16..31).
+  const int li = lane & 7, q = lane >> 3;
+  const int a_row = li + (q >> 1) * 8, b_row = li + (q & 1) * 8, b_chunk = q >> 1;
+  const uint32_t a_src = a_row * 32 + swizzle<2>(a_row, q & 1) * 16;
+  uint32_t b_src[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) b_src[h] = kMmaXBytes + b_row * 64 + swizzle<4>(b_row, b_chunk + 2 * h) * 16;
+
+  SliceOutputs<T, kSmallM> outputs(w, p, tile, slice);
+  FinalizeCursor<T> fill = pruned_share<T>(w, p);
+  float acc[4][4] = {};
+  const int batches = steps > warp ? (steps - warp + kBatchStride - 1) / kBatchStride : 0;
+  copy_values(0);  // the packed values never come from the kernel before
+  load_rows(0);
+  wait_for_prerequisite_grid();  // x may come from the transpose launched just before
+  copy_x(0);
+  cp_async_commit();
+  load_rows(1);
+  for (int batch = 0; batch < batches; ++batch) {
+    copy_values(batch + 1);
+    copy_x(batch + 1);
+    cp_async_commit();
+    load_rows(batch + 2);
+    cp_async_wait<1>();  // this batch's copies are done
+    __syncwarp();
+#pragma unroll
+    for (int u = 0; u < kMmaBatch; ++u) {
+      if (warp + batch * kBatchStride + u * kGemvWarps >= steps) break;
+      const uint32_t st = stage(batch, u);
+      uint32_t a[4], b[2][4];
+      ldmatrix_x4_trans(a, st + a_src);
+      ldmatrix_x4_trans(b[0], st + b_src[0]);
+      ldmatrix_x4_trans(b[1], st + b_src[1]);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) mma_16816<T>(acc[j], a, &b[j / 2][(j % 2) * 2]);
+    }
+    __syncwarp();  // the stages are read before the batch after next is copied into them
+  }
+  cp_async_wait<0>();
+
+  outputs.fetch_biases(p);
+  fill.fetch_bias(p);
+  __syncthreads();  // the stages are reused for the partial sums, [warp][m][slice column]
+  // Accumulator e of fragment j: m = g (+8 for e >= 2), slice column 8j + 2t4 + e % 2.
+  const int g = lane >> 2, t4 = lane & 3;
+  float* partial = reinterpret_cast<float*>(smem) + warp * kSmallM * kGemvSliceCols;
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) partial[(g + (e >> 1) * 8) * kGemvSliceCols + 8 * j + 2 * t4 + (e & 1)] = acc[j][e];
+  __syncthreads();
+  outputs.finish(reinterpret_cast<const float*>(smem), w, p);
+  while (!fill.done()) fill.step(w, p);
+}
+
+// K splits of the GEMVs: none unless their CTAs would fill less than half the GPU, then enough for about two CTAs
+// per SM, each with at least 256 kept rows.
+int gemv_splits(const PackedTile& w, const Problem& p) {
+  const int64_t ctas = static_cast<int64_t>(w.num_tiles) * (w.granularity / kGemvSliceCols);
+  if (2 * ctas >= p.num_sms) return 1;
+  return static_cast<int>(std::min<int64_t>(cdiv(2 * p.num_sms, ctas), std::max(1, w.max_tile_k / 256)));
+}
+
+template <typename T>
+const char* launch_typed(const PackedTile& w, const Problem& p, const Plan& plan) {
+  const int k_split = std::max(kKStep, cdiv(cdiv(w.max_tile_k, plan.splits), kKStep) * kKStep);
+  const dim3 grid(w.num_tiles * (w.granularity / kGemvSliceCols), plan.splits);
+  if (plan.path == Path::kGemvMma) {
+    constexpr auto kKernel = tw_gemv_mma_kernel<T>;
+    if (const char* err = allow_dynamic_smem<kKernel, kMmaSmemBytes>()) return err;
+    return launch_kernel(kKernel, grid, dim3(kGemvThreads), kMmaSmemBytes, p.stream, p.x_from_prior_kernel, w, p,
+                         k_split);
+  }
+  const auto run = [&](auto kernel) {
+    kernel<<<grid, kGemvThreads, 0, p.stream>>>(w, p, k_split);
+    return check_launch();
+  };
+  if (p.M <= 1) return run(tw_gemv_kernel<T, 1>);
+  if (p.M <= 2) return run(tw_gemv_kernel<T, 2>);
+  if (p.M <= 4) return run(tw_gemv_kernel<T, 4>);
+  if (p.M <= 8) return run(tw_gemv_kernel<T, 8>);
+  return run(tw_gemv_kernel<T, 16>);
+}
+
+}  // namespace
+
+Plan gemv_plan(const PackedTile& w, const Problem& p) {
+  const bool x_rows16 = p.sxm == 1 && p.sxk % 8 == 0 && reinterpret_cast<uintptr_t>(p.x) % 16 == 0;
+  Plan plan{};
+  plan.path = p.M > kGemvMaxM && x_rows16 ? Path::kGemvMma : Path::kGemv;
+  plan.block_m = kSmallM;
+  plan.splits = gemv_splits(w, p);
+  return plan;
+}
+
+const char* launch_gemv(const PackedTile& w, const Problem& p, const Plan& plan) {
+  return p.dtype == DType::kHalf ? launch_typed<__half>(w, p, plan) : launch_typed<__nv_bfloat16>(w, p, plan);
+}
+
+}  // namespace tw
+}  // namespace sparseprune
