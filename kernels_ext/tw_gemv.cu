@@ -256,9 +256,9 @@ __global__ void __launch_bounds__(kGemvThreads) tw_gemv_kernel(PackedTile w, Pro
 // copies a batch's packed values (16-byte cp.async) and gathers the batch's kept rows of x (one 16-byte copy per
 // lane and step, zeros past M and for padding rows), from row indices loaded a batch ahead, while it multiplies the
 // batch before. Two-step batches leave room for three CTAs per SM, so the 344 CTAs of a 4096 x 11008 weight run in
-// one round. Measured against that on an H200 (bench/results/tw_h200_gemv_mma.md): values loaded straight into
-// registers (8 bytes per lane, as the B fragments need them) streamed a fifth slower, and four-step batches with two
-// CTAs per SM were up to 9% slower at 30% sparsity and on the even tiles of vector-wise N:M.
+// one round. Measured on an H200 (bench/results/tw_h200_gemv_mma.md): values loaded straight into registers (8 bytes
+// per lane, as the B fragments need them) streamed 14-21% slower; four-step batches with two CTAs per SM were 2-7%
+// faster at 40-50% sparsity but 9% slower at 30% and 8-28% slower on the even tiles of vector-wise N:M.
 constexpr int kMmaBatch = 2;                          // K steps per batch; a warp has two batches in flight
 constexpr int kMmaXBytes = 16 * kSmallM * 2;          // one step's gathered x, [16 kept rows][kSmallM m]
 constexpr int kMmaValueBytes = 16 * kGemvSliceCols * 2;  // one step's packed values, [16 kept rows][32 columns]
