@@ -1,5 +1,6 @@
-// Device helpers shared by the TW kernel files (tw_gemm.cu: mma.sync, GEMV, finalize, host planning;
-// tw_gemm_sm90.cu: wgmma), split in two so the heavy instantiations compile in parallel. No torch headers.
+// Device helpers shared by the TW kernel files (tw_gemm.cu: mma.sync, finalize, host planning; tw_gemv.cu: the
+// small-M GEMVs; tw_gemm_sm90.cu and tw_gemm_sm90_ws.cu: wgmma), split so the heavy instantiations compile in
+// parallel. No torch headers.
 #pragma once
 
 #include <cuda_bf16.h>

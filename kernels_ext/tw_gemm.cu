@@ -1,6 +1,6 @@
 // Tile-wise (TW/TEW) sparse GEMM: host planning, the mma.sync path (m16n8k16, sm_80+) and the finalize pass. The
-// small-M GEMVs live in tw_gemv.cu, the Hopper wgmma paths live in tw_gemm_sm90.cu (every thread loads and multiplies) and
-// tw_gemm_sm90_ws.cu (warp-specialized and persistent, the default on Hopper).
+// small-M GEMVs live in tw_gemv.cu, the Hopper wgmma paths in tw_gemm_sm90.cu (every thread loads and multiplies)
+// and tw_gemm_sm90_ws.cu (warp-specialized and persistent, the default on Hopper).
 //
 // Every tile is a dense GEMM over its own kept K rows, so one launch covers all tiles: a CTA takes (tile, M block,
 // K split), gathers the tile's kept rows of the feature-major activations xT (K x M) with 16-byte cp.async (each
