@@ -20,6 +20,21 @@ constexpr int kGemvWarps = kGemvThreads / 32;
 template <int MaxM>
 constexpr int kSlicePartialFloats = kGemvWarps * MaxM * kGemvSliceCols;
 
+// A GEMV CTA's work, from its block index: slice `slice` of tile `tile`, whose kept rows start at p0 in w.rows and
+// w.values, over the kept rows [kb, ke) of the tile (its K split, blockIdx.y).
+struct SliceWork {
+  int tile, slice, p0, kb, ke;
+  __device__ __forceinline__ SliceWork(const PackedTile& w, int k_split) {
+    const int slices = w.granularity / kGemvSliceCols;
+    tile = blockIdx.x / slices;
+    slice = blockIdx.x % slices;
+    p0 = w.tile_ptr[tile];
+    const int kt = w.tile_ptr[tile + 1] - p0;
+    kb = min(kt, static_cast<int>(blockIdx.y) * k_split);
+    ke = min(kt, kb + k_split);
+  }
+};
+
 // The M x kGemvSliceCols outputs of a CTA's slice, kOutputs per thread (output t is row t / kGemvSliceCols, slice
 // column t % kGemvSliceCols), finished from the warps' partial sums, staged in shared memory as [warp][MaxM][slice
 // column]. The column indices are requested when the kernel starts and the biases right after its main loop: left to
@@ -31,8 +46,8 @@ class SliceOutputs {
  public:
   static constexpr int kOutputs = (MaxM * kGemvSliceCols + kGemvThreads - 1) / kGemvThreads;
 
-  __device__ __forceinline__ SliceOutputs(const PackedTile& w, const Problem& p, int tile, int slice)
-      : split_(gridDim.y > 1), pos0_(tile * w.granularity + slice * kGemvSliceCols) {
+  __device__ __forceinline__ SliceOutputs(const PackedTile& w, const Problem& p, const SliceWork& work)
+      : split_(gridDim.y > 1), pos0_(work.tile * w.granularity + work.slice * kGemvSliceCols) {
 #pragma unroll
     for (int o = 0; o < kOutputs; ++o) {
       const int t = threadIdx.x + o * kGemvThreads;
@@ -135,13 +150,11 @@ __global__ void __launch_bounds__(kGemvThreads) tw_gemv_kernel(PackedTile w, Pro
   constexpr int kCols = Shape::kCols, kLanesN = Shape::kLanesN, kRowSlots = Shape::kRowSlots;
   constexpr int kUnroll = Shape::kUnroll;
   __shared__ __align__(16) float s_x[kGemvStageFloats];
-  const int slices = w.granularity / kGemvSliceCols;
-  const int tile = blockIdx.x / slices, slice = blockIdx.x % slices;
-  const int p0 = w.tile_ptr[tile], kt = w.tile_ptr[tile + 1] - p0;
-  const int kb = min(kt, static_cast<int>(blockIdx.y) * k_split), ke = min(kt, kb + k_split);
+  const SliceWork work(w, k_split);
+  const int p0 = work.p0, kb = work.kb, ke = work.ke;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int lane_n = lane % kLanesN, slot = tid / kLanesN;
-  const int c0 = slice * kGemvSliceCols + lane_n * kCols;  // the lane's first column inside the tile
+  const int c0 = work.slice * kGemvSliceCols + lane_n * kCols;  // the lane's first column inside the tile
 
   const T* x = static_cast<const T*>(p.x);
   const T* vals = static_cast<const T*>(w.values) + static_cast<int64_t>(p0) * w.granularity + c0;
@@ -170,7 +183,7 @@ __global__ void __launch_bounds__(kGemvThreads) tw_gemv_kernel(PackedTile w, Pro
   };
   const bool x_vec = MaxM % 8 == 0 && p.sxm == 1 && p.sxk % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
   load_gather_rows(kb);
-  SliceOutputs<T, MaxM> outputs(w, p, tile, slice);
+  SliceOutputs<T, MaxM> outputs(w, p, work);
   FinalizeCursor<T> fill = pruned_share<T>(w, p);
   for (int k0 = kb; k0 < ke; k0 += Shape::kChunkRows) {
     const int k1 = min(ke, k0 + Shape::kChunkRows);
@@ -272,19 +285,18 @@ __global__ void __launch_bounds__(kGemvThreads, 3) tw_gemv_mma_kernel(PackedTile
   static_assert(kSlicePartialFloats<kSmallM> * 4 <= kMmaSmemBytes, "the partial sums reuse the stages");
   extern __shared__ __align__(128) unsigned char smem[];
   allow_dependent_launch();  // a finalize pass may follow
-  const int slices = w.granularity / kGemvSliceCols;
-  const int tile = blockIdx.x / slices, slice = blockIdx.x % slices;
-  const int p0 = w.tile_ptr[tile], kt = w.tile_ptr[tile + 1] - p0;
-  const int kb = min(kt, static_cast<int>(blockIdx.y) * k_split), ke = min(kt, kb + k_split);
+  const SliceWork work(w, k_split);
+  const int p0 = work.p0, kb = work.kb, ke = work.ke;
   const int steps = (ke - kb) / 16;
   constexpr int kBatchStride = kGemvWarps * kMmaBatch;  // steps between a warp's batches
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const uint32_t stages = smem_addr(smem + warp * kMmaWarpBytes);
   const auto stage = [&](int batch, int u) { return stages + ((batch & 1) * kMmaBatch + u) * kMmaStepBytes; };
+  const auto step = [&](int batch, int u) { return warp + batch * kBatchStride + u * kGemvWarps; };
 
   // Values: lane l copies 16-byte chunks l and l + 32 of a step's 16 rows x 4 chunks, swizzled for ldmatrix.
   const int64_t ld = w.granularity;
-  const T* vals = static_cast<const T*>(w.values) + (p0 + kb) * ld + slice * kGemvSliceCols;
+  const T* vals = static_cast<const T*>(w.values) + (p0 + kb) * ld + work.slice * kGemvSliceCols;
   int64_t value_src[2];
   uint32_t value_dst[2];
 #pragma unroll
@@ -303,14 +315,14 @@ __global__ void __launch_bounds__(kGemvThreads, 3) tw_gemv_mma_kernel(PackedTile
   auto load_rows = [&](int batch) {
 #pragma unroll
     for (int u = 0; u < kMmaBatch; ++u) {
-      const int s = warp + batch * kBatchStride + u * kGemvWarps;
+      const int s = step(batch, u);
       x_rows[u] = s < steps ? __ldg(rows + s * 16) : -1;
     }
   };
   auto copy_values = [&](int batch) {
 #pragma unroll
     for (int u = 0; u < kMmaBatch; ++u) {
-      const int s = warp + batch * kBatchStride + u * kGemvWarps;
+      const int s = step(batch, u);
       if (s >= steps) break;
 #pragma unroll
       for (int h = 0; h < 2; ++h) cp_async16_to(stage(batch, u) + value_dst[h], vals + s * 16 * ld + value_src[h], 16);
@@ -323,7 +335,7 @@ __global__ void __launch_bounds__(kGemvThreads, 3) tw_gemv_mma_kernel(PackedTile
       cp_async16_to(stage(batch, u) + x_dst, ok ? x + static_cast<int64_t>(x_rows[u]) * p.sxk : x, ok ? x_bytes : 0);
     }
   };
-  // ldmatrix sources: A (x) rows a_row, chunk a_chunk; B (values) rows b_row, chunk b_chunk (+2 for columns 16..31).
+  // ldmatrix sources: A (x) rows a_row, chunk q & 1; B (values) rows b_row, chunk b_chunk (+2 for columns 16..31).
   const int li = lane & 7, q = lane >> 3;
   const int a_row = li + (q >> 1) * 8, b_row = li + (q & 1) * 8, b_chunk = q >> 1;
   const uint32_t a_src = a_row * 32 + swizzle<2>(a_row, q & 1) * 16;
@@ -331,7 +343,7 @@ __global__ void __launch_bounds__(kGemvThreads, 3) tw_gemv_mma_kernel(PackedTile
 #pragma unroll
   for (int h = 0; h < 2; ++h) b_src[h] = kMmaXBytes + b_row * 64 + swizzle<4>(b_row, b_chunk + 2 * h) * 16;
 
-  SliceOutputs<T, kSmallM> outputs(w, p, tile, slice);
+  SliceOutputs<T, kSmallM> outputs(w, p, work);
   FinalizeCursor<T> fill = pruned_share<T>(w, p);
   float acc[4][4] = {};
   const int batches = steps > warp ? (steps - warp + kBatchStride - 1) / kBatchStride : 0;
@@ -350,7 +362,7 @@ __global__ void __launch_bounds__(kGemvThreads, 3) tw_gemv_mma_kernel(PackedTile
     __syncwarp();
 #pragma unroll
     for (int u = 0; u < kMmaBatch; ++u) {
-      if (warp + batch * kBatchStride + u * kGemvWarps >= steps) break;
+      if (step(batch, u) >= steps) break;
       const uint32_t st = stage(batch, u);
       uint32_t a[4], b[2][4];
       ldmatrix_x4_trans(a, st + a_src);
