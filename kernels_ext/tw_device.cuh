@@ -679,6 +679,9 @@ bool wgmma_available();
 const char* launch_wgmma(const PackedTile& w, const Problem& p, const Plan& plan);
 // Implemented in tw_gemm_sm90_ws.cu: the warp-specialized, persistent wgmma kernel (same contract).
 const char* launch_wgmma_ws(const PackedTile& w, const Problem& p, const Plan& plan);
+// Whether the warp-specialized configuration for (G, block_m) finishes items only into a feature-major y without
+// split-K or TEW residual (its epilogue buffers gave their room to another ring stage).
+bool ws_needs_direct_epilogue(int granularity, int block_m);
 
 }  // namespace tw
 }  // namespace sparseprune

@@ -299,9 +299,11 @@ int wgmma_block_m(const PackedTile& w, const Problem& p, Path path) {
   const auto items = [&](int bm) { return static_cast<int64_t>(w.num_tiles) * cdiv(p.M, bm); };
   const bool ws = path == Path::kWgmmaWs, ws_unsplit = ws && p.M >= kWsSplitMaxM;
   if (ws && 2 * items(128) <= p.num_sms) return 64;
-  if (items(256) >= 2LL * p.num_sms && w.max_tile_k >= kLongItemK) return 256;
+  const bool direct = p.sym == 1 && w.res_ptr == nullptr;  // 256 rows: items(256) >= num_sms, so no K split
+  const bool may_take_256 = !ws || direct || !ws_needs_direct_epilogue(w.granularity, 256);
+  if (may_take_256 && items(256) >= 2LL * p.num_sms && w.max_tile_k >= kLongItemK) return 256;
   const int64_t mean_k = w.value_rows / w.num_tiles;
-  if (ws_unsplit && w.granularity == 64) {
+  if (ws_unsplit && may_take_256 && w.granularity == 64) {
     if (items(256) >= p.num_sms || (4 * items(256) >= 3LL * p.num_sms && mean_k >= 2 * kLongItemK)) return 256;
   }
   // Cooperative 192-row items where they take fewer rows per SM than rounds of 128-row ones, counted 10% dearer

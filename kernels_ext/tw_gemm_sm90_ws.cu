@@ -35,8 +35,11 @@ constexpr int kConsumerRegs = 216;
 
 // BN = G output columns, BM rows per item. Ping-pong: one warpgroup per item, over all BM rows. Cooperative: both
 // warpgroups on every item, warpgroup 0 on the first half of its 64-row blocks (the larger one, for 192 rows), 1 on
-// the rest: kBlocks0 and kBlocks1 64-row blocks, from first_block(cwg).
-template <int BN, int BM, int Stages, bool Cooperative>
+// the rest: kBlocks0 and kBlocks1 64-row blocks, from first_block(cwg). PassCols < BN: the item's outputs leave only
+// through direct_epilogue into a feature-major y, PassCols columns at a time, so each warpgroup's epilogue buffer
+// shrinks to one pass and the ring gains a stage (the host sends every other item to configs with the full fp32
+// staging).
+template <int BN, int BM, int Stages, bool Cooperative, int PassCols = BN>
 struct WsConfig {
   static constexpr bool kCooperative = Cooperative;
   static constexpr int kConsumersPerItem = Cooperative ? 2 : 1;
@@ -50,15 +53,22 @@ struct WsConfig {
   static constexpr int kAStageBytes = kBM / 64 * kSlabBytes, kBStageBytes = BN / 64 * kSlabBytes;
   static constexpr int kStageBytes = kAStageBytes + kBStageBytes;
   static constexpr int kAChunks = kBM / 8;  // 16-byte chunks per K row of xT
-  // Each consumer warpgroup stages its results 64 rows at a time in its own buffer, apart from the ring, so the
-  // producer keeps filling stages during the epilogue.
-  static constexpr int kEpiBytes = StagedTile<64, BN>::kBytes;
+  static constexpr int kPassCols = PassCols;
+  static constexpr bool kDirectOnly = PassCols < BN;
+  static_assert(BN % PassCols == 0 && PassCols % 16 == 0, "whole passes of 16-column stmatrix groups");
+  // Each consumer warpgroup stages its results in its own buffer, apart from the ring, so the producer keeps
+  // filling stages during the epilogue: the fp32 staging of 64 rows (consumer_epilogue), or one pass of the T
+  // tile's columns (direct_epilogue), then the tile's column list and biases.
+  static constexpr int kEpiTileBytes =
+      kDirectOnly ? PassCols * (kBlocks0 * 64 + 8) * 2 : StagedTile<64, BN>::kFloats * 4;
+  static constexpr int kEpiBytes = kEpiTileBytes + BN * 8;
   static constexpr int kPipeBytes = Stages * kStageBytes;
   static constexpr int kBarOffset = kPipeBytes + 2 * kEpiBytes;
   // full and empty per stage, then one mainloop-order barrier per consumer warpgroup.
   static constexpr int kSmemBytes = kBarOffset + (2 * Stages + 2) * 8 + 1024;  // + 1024-byte alignment of the ring
   static_assert(BN % 64 == 0, "wgmma covers G = 64 and 128");
-  static_assert(kEpiBytes % 8 == 0, "mbarriers need 8-byte alignment");
+  static_assert(kEpiBytes % 16 == 0, "16-byte aligned buffers and mbarriers");
+  static_assert(kSmemBytes <= 227 * 1024, "fits an SM's shared memory");
 };
 
 // One (tile, M block, K split) item. `skip`: past the last item, or a K split that got no steps (the workspace
@@ -263,15 +273,15 @@ template <typename T, typename Cfg, int MIWG, bool RowMajorY>
 __device__ __forceinline__ bool direct_epilogue(const Problem& p, const WorkItem& it, int cwg,
                                                 float (&acc)[MIWG][Cfg::kBN / 2], unsigned char* stage_c, int col,
                                                 float bias) {
-  constexpr int BN = Cfg::kBN, kRows = 64 * MIWG;
+  constexpr int BN = Cfg::kBN, kRows = 64 * MIWG, kPassCols = RowMajorY ? BN : Cfg::kPassCols;
   constexpr int kLd = RowMajorY ? BN + 8 : kRows + 8;  // buffer row length: a tile row, or a tile column
-  using Staged = StagedTile<64, BN>;
-  static_assert((RowMajorY ? kRows : BN) * kLd * static_cast<int>(sizeof(T)) <= Staged::kFloats * 4,
-                "the T tile fits the fp32 staging");
+  static_assert(!(RowMajorY && Cfg::kDirectOnly), "a row-major y leaves whole tile rows");
+  static_assert((RowMajorY ? kRows : kPassCols) * kLd * static_cast<int>(sizeof(T)) <= Cfg::kEpiTileBytes,
+                "a pass of the T tile fits the buffer");
   static_assert(!RowMajorY || kRows <= Cfg::kWarpgroup, "a row-major y leaves one tile row per thread");
   const int wtid = threadIdx.x % Cfg::kWarpgroup, lane = wtid & 31, wq = wtid >> 5, t4 = lane & 3;
-  float* s_bias = Staged::biases(reinterpret_cast<float*>(stage_c));
-  int* s_cols = Staged::cols(reinterpret_cast<float*>(stage_c));
+  int* s_cols = reinterpret_cast<int*>(stage_c + Cfg::kEpiTileBytes);
+  float* s_bias = reinterpret_cast<float*>(s_cols + BN);
   const uint32_t s_tile = smem_addr(stage_c);
   const int bar_id = 1 + cwg;
   bulk_wait_read();  // this thread's copies of the previous item have left the buffer
@@ -287,8 +297,11 @@ __device__ __forceinline__ bool direct_epilogue(const Problem& p, const WorkItem
       return false;
     }
   }
+  const int64_t m0 = it.m0 + Cfg::first_block(cwg) * 64;
+  const int64_t rows = p.M - m0 < kRows ? p.M - m0 : kRows;
   // Lane 8q + r addresses row r of matrix q, which holds tile rows from 16 wq + 8 (q % 2) and columns from
-  // 8 (j + q / 2): its row r is tile row 16 wq + 8 (q % 2) + r, or (transposed) tile column 8 (j + q / 2) + r.
+  // 8 (j + q / 2): its row r is tile row 16 wq + 8 (q % 2) + r, or (transposed) tile column 8 (j + q / 2) + r,
+  // which is buffer row 8 (j + q / 2) + r - pass * kPassCols.
   const int q = lane >> 3, r = lane & 7;
   const int tile_row = wq * 16 + 8 * (q & 1), tile_col = 8 * (q >> 1);
   const uint32_t lane_dst =
@@ -296,45 +309,51 @@ __device__ __forceinline__ bool direct_epilogue(const Problem& p, const WorkItem
   with_activation(p.activation, [&](auto act) {
     constexpr Activation kAct = decltype(act)::value;
 #pragma unroll
-    for (int j = 0; j < BN / 8; j += 2) {
-      const float2 b0 = ld_shared_f2(s_bias + 8 * j + 2 * t4), b1 = ld_shared_f2(s_bias + 8 * j + 8 + 2 * t4);
+    for (int pass = 0; pass < BN / kPassCols; ++pass) {
+      if (pass > 0) {  // the previous pass's copies have read the buffer
+        bulk_wait_read();
+        named_barrier_sync<Cfg::kWarpgroup>(bar_id);
+      }
 #pragma unroll
-      for (int i = 0; i < MIWG; ++i) {
-        const float* a = &acc[i][4 * j];
-        float v[8] = {a[0] + b0.x, a[1] + b0.y, a[2] + b0.x, a[3] + b0.y,
-                      a[4] + b1.x, a[5] + b1.y, a[6] + b1.x, a[7] + b1.y};
-        activate_fixed<kAct>(v);
-        const uint32_t dst = lane_dst + (RowMajorY ? 64 * i * kLd + 8 * j : 8 * j * kLd + 64 * i) * sizeof(T);
-        const uint32_t r0 = pack2<T>(v[0], v[1]), r1 = pack2<T>(v[2], v[3]), r2 = pack2<T>(v[4], v[5]),
-                       r3 = pack2<T>(v[6], v[7]);
-        if constexpr (RowMajorY) {
-          stmatrix_x4(dst, r0, r1, r2, r3);
-        } else {
-          stmatrix_x4_trans(dst, r0, r1, r2, r3);
+      for (int jj = 0; jj < kPassCols / 8; jj += 2) {
+        const int j = pass * kPassCols / 8 + jj;
+        const float2 b0 = ld_shared_f2(s_bias + 8 * j + 2 * t4), b1 = ld_shared_f2(s_bias + 8 * j + 8 + 2 * t4);
+#pragma unroll
+        for (int i = 0; i < MIWG; ++i) {
+          const float* a = &acc[i][4 * j];
+          float v[8] = {a[0] + b0.x, a[1] + b0.y, a[2] + b0.x, a[3] + b0.y,
+                        a[4] + b1.x, a[5] + b1.y, a[6] + b1.x, a[7] + b1.y};
+          activate_fixed<kAct>(v);
+          const uint32_t dst = lane_dst + (RowMajorY ? 64 * i * kLd + 8 * jj : 8 * jj * kLd + 64 * i) * sizeof(T);
+          const uint32_t r0 = pack2<T>(v[0], v[1]), r1 = pack2<T>(v[2], v[3]), r2 = pack2<T>(v[4], v[5]),
+                         r3 = pack2<T>(v[6], v[7]);
+          if constexpr (RowMajorY) {
+            stmatrix_x4(dst, r0, r1, r2, r3);
+          } else {
+            stmatrix_x4_trans(dst, r0, r1, r2, r3);
+          }
         }
       }
+      fence_proxy_async();  // the bulk copies read the tile through the async proxy
+      named_barrier_sync<Cfg::kWarpgroup>(bar_id);
+      if constexpr (RowMajorY) {
+        if (wtid < rows) {  // one tile row per thread: kRows is at most the warpgroup's 128 threads
+          T* dst = static_cast<T*>(p.y) + (m0 + wtid) * p.sym + first_col;
+          bulk_copy_to_global(dst, s_tile + wtid * kLd * sizeof(T), BN * sizeof(T));
+        }
+      } else if (wtid / kPassCols == pass && col >= 0 && rows > 0) {  // this thread's column is in the pass
+        T* dst = static_cast<T*>(p.y) + static_cast<int64_t>(col) * p.syn + m0;
+        const int buffer_row = wtid % kPassCols;
+        if (p.y_vec16 && rows % 8 == 0) {
+          bulk_copy_to_global(dst, s_tile + buffer_row * kLd * sizeof(T), static_cast<uint32_t>(rows * sizeof(T)));
+        } else {  // an unaligned y, or a tail of M that is not a whole 16 bytes
+          const T* tile_row = reinterpret_cast<const T*>(stage_c) + buffer_row * kLd;
+          for (int e = 0; e < rows; ++e) dst[e] = tile_row[e];
+        }
+      }
+      bulk_commit();
     }
   });
-  fence_proxy_async();  // the bulk copies read the tile through the async proxy
-  named_barrier_sync<Cfg::kWarpgroup>(bar_id);
-  const int64_t m0 = it.m0 + Cfg::first_block(cwg) * 64;
-  const int64_t rows = p.M - m0 < kRows ? p.M - m0 : kRows;
-  if constexpr (RowMajorY) {
-    if (wtid < rows) {  // one tile row per thread: kRows is at most the warpgroup's 128 threads
-      T* dst = static_cast<T*>(p.y) + (m0 + wtid) * p.sym + first_col;
-      bulk_copy_to_global(dst, s_tile + wtid * kLd * sizeof(T), BN * sizeof(T));
-    }
-  } else if (wtid < BN && col >= 0 && rows > 0) {
-    T* dst = static_cast<T*>(p.y) + static_cast<int64_t>(col) * p.syn + m0;
-    const uint32_t src = s_tile + wtid * kLd * sizeof(T);
-    if (p.y_vec16 && rows % 8 == 0) {
-      bulk_copy_to_global(dst, src, static_cast<uint32_t>(rows * sizeof(T)));
-    } else {  // an unaligned y, or a tail of M that is not a whole 16 bytes
-      const T* tile_row = reinterpret_cast<const T*>(stage_c) + wtid * kLd;
-      for (int e = 0; e < rows; ++e) dst[e] = tile_row[e];
-    }
-  }
-  bulk_commit();
   return true;
 }
 
@@ -406,8 +425,9 @@ __device__ __forceinline__ void consume(const PackedTile& w, const Problem& p, i
       for (int e = 0; e < NACC; ++e) acc[i][e] = 0.0f;
     int held = -1;  // stage whose MMAs may still be running
     for (int ks = it.s0; ks < it.s1; ++ks) {
+      // The stage's cp.async copies have completed when its mbarrier phase flips; wgmma reads them without a proxy
+      // fence, as CUTLASS's cp.async GMMA mainloops do (one per step cost the 8192^3 case up to 8%).
       mbarrier_wait(full + stage * 8, phase);
-      fence_proxy_async();  // cp.async wrote through the generic proxy; wgmma reads through the async proxy
       const uint32_t sa = ring + stage * Cfg::kStageBytes, sb = sa + Cfg::kAStageBytes;
       fence_accumulators(acc);
       wgmma_fence();
@@ -431,7 +451,10 @@ __device__ __forceinline__ void consume(const PackedTile& w, const Problem& p, i
     wgmma_wait<0>();
     fence_accumulators(acc);
     if (held >= 0 && release_lane) mbarrier_arrive(empty + held * 8);
-    if (direct) {
+    if constexpr (Cfg::kDirectOnly) {  // make_plan sends only a feature-major y without split or residual here
+      if (!direct) __trap();
+      direct_epilogue<T, Cfg, MIWG, false>(p, it, cwg, acc, stage_c, col, col_bias);
+    } else if (direct) {
       direct_epilogue<T, Cfg, MIWG, false>(p, it, cwg, acc, stage_c, col, col_bias);
     } else if (!(direct_rows && direct_epilogue<T, Cfg, MIWG, true>(p, it, cwg, acc, stage_c, col, col_bias))) {
       consumer_epilogue<T, Cfg, MIWG>(w, p, it, splits, feature_major_out, cwg, acc, stage_c);
@@ -485,10 +508,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #endif
 }
 
-// Cooperative 256-row items (3 stages of 48 KB for G = 128, 4 of 40 KB for G = 64), cooperative 192-row items
+// Cooperative 256-row items (4 stages of 48 KB for G = 128, finishing only through direct_epilogue in passes of 32
+// columns; 4 of 40 KB for G = 64), cooperative 192-row items
 // (3 of 40 KB, 4 of 32 KB), ping-pong 128-row items (4 of 32 KB, 6 of 24 KB), or ping-pong 64-row items (6 of
 // 24 KB, 8 of 16 KB): make_plan's wgmma_block_m chooses.
-using Ws128x256 = WsConfig<128, 256, 3, true>;
+using Ws128x256 = WsConfig<128, 256, 4, true, 32>;
 using Ws128x192 = WsConfig<128, 192, 3, true>;
 using Ws128x128 = WsConfig<128, 128, 4, false>;
 using Ws128x64 = WsConfig<128, 64, 6, false>;
@@ -547,15 +571,26 @@ const char* run_ws(const PackedTile& w, const Problem& p, int splits) {
                        p, values_map, m_blocks, splits, p.sym == 1);
 }
 
-template <typename T>
-const char* dispatch_ws(const PackedTile& w, const Problem& p, const Plan& plan) {
-  return with_tile_config<Ws128x256, Ws128x192, Ws128x128, Ws128x64, Ws64x256, Ws64x192, Ws64x128, Ws64x64>(
-      w, plan, [&](auto cfg) { return run_ws<T, decltype(cfg)>(w, p, plan.splits); });
-}
+template <typename... Cfgs>
+struct WsConfigs {
+  static bool direct_only(int granularity, int block_m) {
+    return ((Cfgs::kBN == granularity && Cfgs::kBM == block_m && Cfgs::kDirectOnly) || ...);
+  }
+  template <typename T>
+  static const char* dispatch(const PackedTile& w, const Problem& p, const Plan& plan) {
+    return with_tile_config<Cfgs...>(w, plan, [&](auto cfg) { return run_ws<T, decltype(cfg)>(w, p, plan.splits); });
+  }
+};
+using AllWsConfigs = WsConfigs<Ws128x256, Ws128x192, Ws128x128, Ws128x64, Ws64x256, Ws64x192, Ws64x128, Ws64x64>;
 }  // namespace
 
 const char* launch_wgmma_ws(const PackedTile& w, const Problem& p, const Plan& plan) {
-  return p.dtype == DType::kHalf ? dispatch_ws<__half>(w, p, plan) : dispatch_ws<__nv_bfloat16>(w, p, plan);
+  return p.dtype == DType::kHalf ? AllWsConfigs::dispatch<__half>(w, p, plan)
+                                 : AllWsConfigs::dispatch<__nv_bfloat16>(w, p, plan);
+}
+
+bool ws_needs_direct_epilogue(int granularity, int block_m) {
+  return AllWsConfigs::direct_only(granularity, block_m);
 }
 
 }  // namespace tw

@@ -140,7 +140,8 @@ def test_every_output_written() -> None:
 
 # Hopper cases (M, K, N): split-K (few items), 64-row items (M >= 1024 with few tiles), one or several rounds of the
 # persistent schedule (each CTA walking many items, so the stage ring wraps across items), 256-row CTA tiles (many
-# items; with G = 64 from one item per SM), ragged M (row-major x only).
+# items of long K; with G = 64 from one item per SM; taken only without a TEW residual, which even-indexed cases
+# have), ragged M (row-major x only).
 HOPPER_SHAPES = [
     (24, 520, 264),
     (136, 1032, 776),
@@ -149,6 +150,7 @@ HOPPER_SHAPES = [
     (2056, 776, 136),
     (2056, 1544, 2056),
     (4096, 1032, 3080),
+    (4096, 1544, 4104),
     (8192, 264, 8192),
 ]
 
