@@ -145,6 +145,15 @@ __device__ __forceinline__ float2 ld_shared_f2(const float* src) {
   asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(smem_addr(src)));
   return v;
 }
+// Two adjacent T values of shared memory (4-byte aligned), widened to fp32.
+template <typename T>
+__device__ __forceinline__ float2 ld_shared_pair(const T* src) {
+  uint32_t word;
+  asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(word) : "r"(smem_addr(src)));
+  T pair[2];
+  memcpy(pair, &word, sizeof(word));
+  return make_float2(to_float(pair[0]), to_float(pair[1]));
+}
 __device__ __forceinline__ float ld_shared_f32(const float* src) {
   float v;
   asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(v) : "r"(smem_addr(src)));

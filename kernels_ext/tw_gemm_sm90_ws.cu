@@ -57,18 +57,21 @@ struct WsConfig {
   static constexpr bool kDirectOnly = PassCols < BN;
   static_assert(BN % PassCols == 0 && PassCols % 16 == 0, "whole passes of 16-column stmatrix groups");
   // Each consumer warpgroup stages its results in its own buffer, apart from the ring, so the producer keeps
-  // filling stages during the epilogue: the fp32 staging of 64 rows (consumer_epilogue), or one pass of the T
-  // tile's columns (direct_epilogue), then the tile's column list and biases.
+  // filling stages during the epilogue: the fp32 staging of 64 rows (consumer_epilogue) or one pass of the T tile's
+  // columns (direct_epilogue), then the tile's column list (not for a feature-major y only) and its biases in T.
   static constexpr int kEpiTileBytes =
       kDirectOnly ? PassCols * (kBlocks0 * 64 + 8) * 2 : StagedTile<64, BN>::kFloats * 4;
-  static constexpr int kEpiBytes = kEpiTileBytes + BN * 8;
+  static constexpr int kEpiBiasOffset = kEpiTileBytes + (kDirectOnly ? 0 : BN * 4);
+  static constexpr int kEpiBytes = kDirectOnly ? kEpiBiasOffset + BN * 2 : StagedTile<64, BN>::kBytes;
   static constexpr int kPipeBytes = Stages * kStageBytes;
   static constexpr int kBarOffset = kPipeBytes + 2 * kEpiBytes;
-  // full and empty per stage, then one mainloop-order barrier per consumer warpgroup.
-  static constexpr int kSmemBytes = kBarOffset + (2 * Stages + 2) * 8 + 1024;  // + 1024-byte alignment of the ring
+  // full and empty per stage, then one mainloop-order barrier per consumer warpgroup; the dynamic shared memory
+  // starts 1024-byte aligned (the kernel checks), as 128-byte swizzle atoms need.
+  static constexpr int kSmemBytes = kBarOffset + (2 * Stages + 2) * 8;
   static_assert(BN % 64 == 0, "wgmma covers G = 64 and 128");
   static_assert(kEpiBytes % 16 == 0, "16-byte aligned buffers and mbarriers");
   static_assert(kSmemBytes <= 227 * 1024, "fits an SM's shared memory");
+  static_assert(kStageBytes % 1024 == 0 && kEpiTileBytes % 16 == 0, "aligned stages and epilogue tiles");
 };
 
 // One (tile, M block, K split) item. `skip`: past the last item, or a K split that got no steps (the workspace
@@ -131,6 +134,25 @@ struct StageCover {
     return j * (kRowStep / 8) * 1024 + h * (kLanesPerRow / 8) * slab_bytes;
   }
 };
+
+// This CTA's share of a cooperative kernel's pruned-column fill, written after its producer's last stage: share `cta`
+// of `ctas`, or cta -1 for none. The CTAs without an item in the last round of the static schedule would idle
+// through that round, so where they are at least a quarter of the grid they write the pruned columns alone and the
+// CTAs still at work do not wait for a share of their own; otherwise every CTA writes an equal share. (Written
+// before the items instead, the fill slowed 8192^3 at 30-50% by 11-27%.)
+struct FillShare {
+  int cta, ctas;
+};
+__device__ __forceinline__ FillShare cooperative_fill_share(const PackedTile& w, int m_blocks, int splits) {
+  const int grid = static_cast<int>(gridDim.x), b = static_cast<int>(blockIdx.x);
+  const int rounds = schedule_rounds(w, m_blocks, splits);
+  const int idle = rounds * grid - w.num_tiles * m_blocks * splits;  // CTAs without a last-round item
+  if (4 * idle < grid) return {b, grid};
+  // Round r hands its items to CTAs 0, 1, ... when r is even and to CTAs grid-1, grid-2, ... when it is odd.
+  const bool ascending = ((rounds - 1) & 1) == 0;
+  const int rank = ascending ? b - (grid - idle) : b;
+  return {rank < idle && rank >= 0 ? rank : -1, idle};
+}
 
 #ifdef SPARSEPRUNE_WGMMA
 // Producer warpgroup: fills stage after stage, each one K step (64 kept rows) of one item; in cooperative configs
@@ -201,15 +223,18 @@ __device__ __forceinline__ void produce(const PackedTile& w, const Problem& p, c
       rows_hi = next_hi;
     }
   }
-  // Cooperative items: then the pruned columns, overlapping the consumers' last MMAs and epilogues (ping-pong
-  // consumers write them while they wait for their turn). Interleaving them with the waits for free stages kept a
-  // fill cursor live through the gather loop, which spilled the producer's registers and slowed every stage. The
-  // finalize pass takes every column after split-K, and a row-major y's pruned columns (one 2-byte store per output,
-  // better spread over a full grid).
+  // Cooperative items: then this CTA's share of the pruned columns, overlapping the consumers' last MMAs and
+  // epilogues (ping-pong consumers write them while they wait for their turn). Interleaving them with the waits for
+  // free stages kept a fill cursor live through the gather loop, which spilled the producer's registers and slowed
+  // every stage. The finalize pass takes every column after split-K, and a row-major y's pruned columns (one 2-byte
+  // store per output, better spread over a full grid).
   if (Cfg::kCooperative && fills_pruned_columns(p, splits)) {
-    PrunedColumnFill<T> fill(w, p, static_cast<int64_t>(blockIdx.x) * Cfg::kWarpsPerGroup + tid / 32,
-                             static_cast<int64_t>(gridDim.x) * Cfg::kWarpsPerGroup);
-    while (!fill.done()) fill.step(w, p);
+    const FillShare share = cooperative_fill_share(w, m_blocks, splits);
+    if (share.cta >= 0) {
+      PrunedColumnFill<T> fill(w, p, static_cast<int64_t>(share.cta) * Cfg::kWarpsPerGroup + tid / 32,
+                               static_cast<int64_t>(share.ctas) * Cfg::kWarpsPerGroup);
+      while (!fill.done()) fill.step(w, p);
+    }
   }
   cp_async_wait<0>();  // nothing in flight when the warpgroup exits
 }
@@ -272,7 +297,7 @@ __device__ __forceinline__ void consumer_epilogue(const PackedTile& w, const Pro
 template <typename T, typename Cfg, int MIWG, bool RowMajorY>
 __device__ __forceinline__ bool direct_epilogue(const Problem& p, const WorkItem& it, int cwg,
                                                 float (&acc)[MIWG][Cfg::kBN / 2], unsigned char* stage_c, int col,
-                                                float bias) {
+                                                T bias) {
   constexpr int BN = Cfg::kBN, kRows = 64 * MIWG, kPassCols = RowMajorY ? BN : Cfg::kPassCols;
   constexpr int kLd = RowMajorY ? BN + 8 : kRows + 8;  // buffer row length: a tile row, or a tile column
   static_assert(!(RowMajorY && Cfg::kDirectOnly), "a row-major y leaves whole tile rows");
@@ -281,12 +306,12 @@ __device__ __forceinline__ bool direct_epilogue(const Problem& p, const WorkItem
   static_assert(!RowMajorY || kRows <= Cfg::kWarpgroup, "a row-major y leaves one tile row per thread");
   const int wtid = threadIdx.x % Cfg::kWarpgroup, lane = wtid & 31, wq = wtid >> 5, t4 = lane & 3;
   int* s_cols = reinterpret_cast<int*>(stage_c + Cfg::kEpiTileBytes);
-  float* s_bias = reinterpret_cast<float*>(s_cols + BN);
+  T* s_bias = reinterpret_cast<T*>(stage_c + Cfg::kEpiBiasOffset);
   const uint32_t s_tile = smem_addr(stage_c);
   const int bar_id = 1 + cwg;
   bulk_wait_read();  // this thread's copies of the previous item have left the buffer
   if (wtid < BN) {
-    s_bias[wtid] = bias;
+    s_bias[wtid] = bias;  // exact: the bias came from a T
     if constexpr (RowMajorY) s_cols[wtid] = col;
   }
   named_barrier_sync<Cfg::kWarpgroup>(bar_id);
@@ -317,7 +342,7 @@ __device__ __forceinline__ bool direct_epilogue(const Problem& p, const WorkItem
 #pragma unroll
       for (int jj = 0; jj < kPassCols / 8; jj += 2) {
         const int j = pass * kPassCols / 8 + jj;
-        const float2 b0 = ld_shared_f2(s_bias + 8 * j + 2 * t4), b1 = ld_shared_f2(s_bias + 8 * j + 8 + 2 * t4);
+        const float2 b0 = ld_shared_pair(s_bias + 8 * j + 2 * t4), b1 = ld_shared_pair(s_bias + 8 * j + 8 + 2 * t4);
 #pragma unroll
         for (int i = 0; i < MIWG; ++i) {
           const float* a = &acc[i][4 * j];
@@ -447,7 +472,7 @@ __device__ __forceinline__ void consume(const PackedTile& w, const Problem& p, i
     if (!Cfg::kCooperative && release_lane) {
       mbarrier_arrive(order + 8 * (1 - cwg));  // every stage of this item waited on: the other's turn
     }
-    const float col_bias = bias != nullptr && col >= 0 ? to_float(bias[col]) : 0.0f;
+    const T col_bias = bias != nullptr && col >= 0 ? bias[col] : T{};
     wgmma_wait<0>();
     fence_accumulators(acc);
     if (held >= 0 && release_lane) mbarrier_arrive(empty + held * 8);
@@ -470,10 +495,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     tw_wgmma_ws_kernel(PackedTile w, Problem p, const __grid_constant__ CUtensorMap values_map, int m_blocks,
                        int splits, bool feature_major_out) {
 #ifdef SPARSEPRUNE_WGMMA
-  extern __shared__ unsigned char smem_raw[];
-  // 128-byte swizzle atoms must sit on 1024-byte boundaries.
-  unsigned char* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+  extern __shared__ __align__(1024) unsigned char smem[];
   const uint32_t ring = smem_addr(smem);
+  if ((ring & 1023) != 0) __trap();  // 128-byte swizzle atoms must sit on 1024-byte boundaries
   const uint32_t full = ring + Cfg::kBarOffset, empty = full + Cfg::kStages * 8, order = empty + Cfg::kStages * 8;
   allow_dependent_launch();  // a finalize pass may follow
   const int wg = threadIdx.x / Cfg::kWarpgroup;
@@ -508,11 +532,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #endif
 }
 
-// Cooperative 256-row items (4 stages of 48 KB for G = 128, finishing only through direct_epilogue in passes of 32
+// Cooperative 256-row items (4 stages of 48 KB for G = 128, finishing only through direct_epilogue in passes of 64
 // columns; 4 of 40 KB for G = 64), cooperative 192-row items
 // (3 of 40 KB, 4 of 32 KB), ping-pong 128-row items (4 of 32 KB, 6 of 24 KB), or ping-pong 64-row items (6 of
 // 24 KB, 8 of 16 KB): make_plan's wgmma_block_m chooses.
-using Ws128x256 = WsConfig<128, 256, 4, true, 32>;
+using Ws128x256 = WsConfig<128, 256, 4, true, 64>;
 using Ws128x192 = WsConfig<128, 192, 3, true>;
 using Ws128x128 = WsConfig<128, 128, 4, false>;
 using Ws128x64 = WsConfig<128, 64, 6, false>;
