@@ -135,11 +135,16 @@ def markdown_table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, 
 
 
 def write_results(
-    prefix: Path, rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str]], notes: Sequence[str] = ()
+    prefix: Path,
+    rows: Sequence[dict[str, Any]],
+    columns: Sequence[tuple[str, str]],
+    notes: Sequence[str] = (),
+    device: str | None = None,
 ) -> str:
-    """Writes prefix.json (all fields) and prefix.md (the table), both naming the command and the device."""
+    """Writes prefix.json (all fields) and prefix.md (the table), both naming the command and the device (this one,
+    unless the rows were measured elsewhere and `device` names it)."""
     prefix.parent.mkdir(parents=True, exist_ok=True)
-    header = {"command": command_line(), "device": device_name(), "commit": git_commit()}
+    header = {"command": command_line(), "device": device or device_name(), "commit": git_commit()}
     prefix.with_suffix(".json").write_text(json.dumps({**header, "notes": list(notes), "rows": list(rows)}, indent=1))
     table = markdown_table(rows, columns)
     body = [
