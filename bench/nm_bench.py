@@ -17,7 +17,9 @@ from typing import Any
 import torch
 
 from bench.common import (
+    COLD_WEIGHTS_MAX_M,
     TOLERANCE,
+    Rotation,
     add_semi24,
     bench_parser,
     case_notes,
@@ -136,18 +138,22 @@ def run_case(
         return row
     k_ideal = max(8, round(kept / m * k / 8) * 8)
     x_ideal, b_ideal = x[:, :k_ideal].contiguous(), b[:k_ideal].contiguous()
-    time_into(row, "nm_us", lambda: packed.matmul(x))
-    time_into(row, "ideal_us", lambda: torch.matmul(x_ideal, b_ideal))
+    # At the decode sizes each timed call reads its weight from HBM (bench.common.Rotation), as in a model.
     packed_bytes = packed.nbytes()
+    row["cold_weights"] = m_rows <= COLD_WEIGHTS_MAX_M
+    time_into(row, "nm_us", Rotation(lambda p: p.matmul(x), packed, packed_bytes, m_rows))
+    time_into(row, "ideal_us", Rotation(lambda w: torch.matmul(x_ideal, w), b_ideal, b_ideal.nbytes, m_rows))
     row.update({"k_ideal": k_ideal, "packed_bytes": packed_bytes, "bytes_bound": 2.0 * k * n / packed_bytes})
     if xt is not None:
         view = tw_view(packed)
-        time_into(row, "nm_fm_us", lambda: view.matmul_feature_major(xt))
+        rotation = Rotation(lambda v: v.matmul_feature_major(xt), view, view.nbytes(), m_rows)
+        time_into(row, "nm_fm_us", rotation)
     if sp24:
-        time_into(row, "sp24_us", lambda: nm_matmul(x, packed, kernel="sp24"))
+        time_into(row, "sp24_us", Rotation(lambda p: nm_matmul(x, p, kernel="sp24"), packed, packed_bytes, m_rows))
         compressed = sp24_view(packed)
         for tile in FORCED_TILES:
-            time_into(row, f"sp24_{tile}_us", lambda tile=tile: compressed.matmul(x, tile=tile))
+            rotation = Rotation(lambda c, tile=tile: c.matmul(x, tile=tile), compressed, packed_bytes, m_rows)
+            time_into(row, f"sp24_{tile}_us", rotation)
     return row
 
 
@@ -172,7 +178,7 @@ def run_shape(
     dev = gen.device
     b = (torch.randn(k, n, generator=gen, device=dev) / math.sqrt(k)).to(dtype)
     x = torch.randn(m_rows, k, generator=gen, device=dev).to(dtype)
-    t_dense = None if check_only else time_cuda(lambda: torch.matmul(x, b)).median_us
+    t_dense = None if check_only else time_cuda(Rotation(lambda w: torch.matmul(x, w), b, b.nbytes, m_rows)).median_us
     rows = []
     for pattern, vector in itertools.product(patterns, vectors):
         kept, m = parse_pattern(pattern)

@@ -15,7 +15,9 @@ from typing import Any
 import torch
 
 from bench.common import (
+    COLD_WEIGHTS_MAX_M,
     TOLERANCE,
+    Rotation,
     add_semi24,
     bench_parser,
     case_generator,
@@ -194,7 +196,7 @@ def run_case(
     y_fm = tw()
     # The emulation materialises x gathered per tile (M x tiles x max K); skip it where that alone is huge.
     gather = emulation(packed) if m * packed.num_tiles * packed.max_tile_k * 2 <= EMULATION_MAX_BYTES else None
-    emul = (lambda v: finish(gather(v))) if gather else None
+    emul = (lambda v: finish(gather(v))) if gather else None  # checked here; timed below
     row: dict[str, Any] = {
         "shape": name,
         "M": m,
@@ -219,17 +221,27 @@ def run_case(
     x_ideal, b_ideal = x[:, :k_ideal].contiguous(), b[:k_ideal].contiguous()
     # The timings a case may lack (no mma.sync run at M <= 16, no Hopper kernel, no emulation) read None.
     row.update(dict.fromkeys(["tw_fm_mma_sync_us", "tw_fm_wgmma_us", "tw_fm_wgmma_ws_us", "emul_us"]))
-    t_dense = time_into(row, "dense_us", lambda: finish(torch.matmul(x, b)))
-    t_tw = time_into(row, "tw_us", lambda: packed.matmul(x, bias, activation))
-    t_fm = time_into(row, "tw_fm_us", tw)
+    # At the decode sizes each timed call reads its weight from HBM (bench.common.Rotation), as in a model.
+    row["cold_weights"] = m <= COLD_WEIGHTS_MAX_M
+    t_dense = time_into(row, "dense_us", Rotation(lambda w: finish(torch.matmul(x, w)), b, b.nbytes, m))
+    t_tw = time_into(row, "tw_us", Rotation(lambda p: p.matmul(x, bias, activation), packed, packed.nbytes(), m))
+    t_fm = time_into(
+        row, "tw_fm_us", Rotation(lambda p: p.matmul_feature_major(xt, bias, activation), packed, packed.nbytes(), m)
+    )
     if m > 16:
         time_into(row, "tw_fm_mma_sync_us", lambda: tw("mma.sync"))
     t_hopper = {
         kernel: time_into(row, f"tw_fm_{kernel.replace('.', '_')}_us", lambda kernel=kernel: tw(kernel))
         for kernel in hopper_kernels(m, granularity)
     }
-    t_emul = time_into(row, "emul_us", lambda: emul(x)) if emul else None
-    t_ideal = time_into(row, "ideal_us", lambda: finish(torch.matmul(x_ideal, b_ideal)))
+    t_emul = None
+    if gather:
+        emul_bytes = packed.num_tiles * packed.max_tile_k * granularity * x.element_size()
+        rotation = Rotation(lambda run: finish(run(x)), gather, emul_bytes, m, lambda _: emulation(packed))
+        t_emul = time_into(row, "emul_us", rotation)
+    t_ideal = time_into(
+        row, "ideal_us", Rotation(lambda w: finish(torch.matmul(x_ideal, w)), b_ideal, b_ideal.nbytes, m)
+    )
     kept_flops = 2.0 * m * float(mask.sum())
     row.update(
         {

@@ -1,0 +1,34 @@
+"""bench.common's timing helpers that need no GPU (CPU)."""
+
+from __future__ import annotations
+
+import torch
+
+from bench.common import COLD_WEIGHTS_MAX_M, Rotation
+
+
+def test_rotation_cycles_copies_that_fill_twice_the_l2() -> None:
+    seen: list[int] = []
+    weight = torch.arange(4.0)
+    rotation = Rotation(lambda w: seen.append(id(w)), weight, weight_bytes=10, rows=1, l2_bytes=24)
+    assert len(rotation.weights) == 5  # ceil(2 * 24 / 10)
+    assert rotation.weights[0] is weight
+    assert all(torch.equal(w, weight) and w is not weight for w in rotation.weights[1:])
+    for _ in range(7):
+        rotation()
+    ids = [id(w) for w in rotation.weights]
+    assert seen == ids + ids[:2]
+
+
+def test_rotation_copies_through_the_given_copier() -> None:
+    next_copy = lambda w: w + 1  # noqa: E731
+    rotation = Rotation(lambda w: w, 1, weight_bytes=8, rows=COLD_WEIGHTS_MAX_M, l2_bytes=8, copy_weight=next_copy)
+    assert rotation.weights == [1, 2]
+    assert [rotation() for _ in range(3)] == [1, 2, 1]
+
+
+def test_rotation_keeps_one_copy_past_the_decode_sizes() -> None:
+    weight = torch.ones(3)
+    rotation = Rotation(lambda w: w.sum(), weight, weight_bytes=10, rows=COLD_WEIGHTS_MAX_M + 1, l2_bytes=1 << 30)
+    assert rotation.weights == [weight]
+    assert float(rotation()) == 3.0
