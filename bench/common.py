@@ -66,6 +66,12 @@ class Rotation(Generic[W]):
         self.weights = [weight] + [copy_weight(weight) for _ in range(copies - 1)]
         self.turn = 0
 
+    def sharing(self, op: Callable[[W], Any]) -> Rotation[W]:
+        """Another operation over the same copies (none made again)."""
+        other = copy.copy(self)
+        other.op, other.turn = op, 0
+        return other
+
     def __call__(self) -> Any:
         weight = self.weights[self.turn % len(self.weights)]
         self.turn += 1

@@ -141,7 +141,8 @@ def run_case(
     # At the decode sizes each timed call reads its weight from HBM (bench.common.Rotation), as in a model.
     packed_bytes = packed.nbytes()
     row["cold_weights"] = m_rows <= COLD_WEIGHTS_MAX_M
-    time_into(row, "nm_us", Rotation(lambda p: p.matmul(x), packed, packed_bytes, m_rows))
+    packs = Rotation(lambda p: p.matmul(x), packed, packed_bytes, m_rows)
+    time_into(row, "nm_us", packs)
     time_into(row, "ideal_us", Rotation(lambda w: torch.matmul(x_ideal, w), b_ideal, b_ideal.nbytes, m_rows))
     row.update({"k_ideal": k_ideal, "packed_bytes": packed_bytes, "bytes_bound": 2.0 * k * n / packed_bytes})
     if xt is not None:
@@ -149,7 +150,7 @@ def run_case(
         rotation = Rotation(lambda v: v.matmul_feature_major(xt), view, view.nbytes(), m_rows)
         time_into(row, "nm_fm_us", rotation)
     if sp24:
-        time_into(row, "sp24_us", Rotation(lambda p: nm_matmul(x, p, kernel="sp24"), packed, packed_bytes, m_rows))
+        time_into(row, "sp24_us", packs.sharing(lambda p: nm_matmul(x, p, kernel="sp24")))
         compressed = sp24_view(packed)
         for tile in FORCED_TILES:
             rotation = Rotation(lambda c, tile=tile: c.matmul(x, tile=tile), compressed, packed_bytes, m_rows)

@@ -2,7 +2,8 @@
 
 Repeated timings of one case spread by up to 10% between processes at 8192^3 on an H200, more than many kernel
 changes move it, so a comparison runs both builds in one device session, alternating their order over rounds, and
-keeps each build's fastest median. From each tree's root (the same cases, masks and inputs as `tw_bench`):
+keeps each build's fastest median. From each tree's root (the same cases, masks, inputs and, at the decode sizes,
+weights read from HBM as `tw_bench`):
     python -m bench.tw_ab time --tag base --cases cube_8192:128:0.9 bert_qkv:128:0.75 >> ab.jsonl
 and at the end
     python -m bench.tw_ab summarize ab.jsonl --out bench/results/NAME
@@ -20,7 +21,15 @@ from typing import Any
 
 import torch
 
-from bench.common import case_generator, device_name, relative_error, require_kernels, time_cuda, write_results
+from bench.common import (
+    Rotation,
+    case_generator,
+    device_name,
+    relative_error,
+    require_kernels,
+    time_cuda,
+    write_results,
+)
 from bench.tw_bench import SHAPES, bench_tw_mask
 from sparseprune.export.formats.tw import pack_tw
 
@@ -53,8 +62,8 @@ def time_case(case: str, seed: int) -> dict[str, Any]:
         "case": case,
         "device": device_name(),
         "rel_err": err,
-        "dense_us": time_cuda(lambda: x @ b).median_us,
-        "tw_fm_us": time_cuda(lambda: packed.matmul_feature_major(xt)).median_us,
+        "dense_us": time_cuda(Rotation(lambda w: x @ w, b, b.nbytes, m)).median_us,
+        "tw_fm_us": time_cuda(Rotation(lambda p: p.matmul_feature_major(xt), packed, packed.nbytes(), m)).median_us,
     }
 
 

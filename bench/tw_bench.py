@@ -224,10 +224,9 @@ def run_case(
     # At the decode sizes each timed call reads its weight from HBM (bench.common.Rotation), as in a model.
     row["cold_weights"] = m <= COLD_WEIGHTS_MAX_M
     t_dense = time_into(row, "dense_us", Rotation(lambda w: finish(torch.matmul(x, w)), b, b.nbytes, m))
-    t_tw = time_into(row, "tw_us", Rotation(lambda p: p.matmul(x, bias, activation), packed, packed.nbytes(), m))
-    t_fm = time_into(
-        row, "tw_fm_us", Rotation(lambda p: p.matmul_feature_major(xt, bias, activation), packed, packed.nbytes(), m)
-    )
+    packs = Rotation(lambda p: p.matmul(x, bias, activation), packed, packed.nbytes(), m)
+    t_tw = time_into(row, "tw_us", packs)
+    t_fm = time_into(row, "tw_fm_us", packs.sharing(lambda p: p.matmul_feature_major(xt, bias, activation)))
     if m > 16:
         time_into(row, "tw_fm_mma_sync_us", lambda: tw("mma.sync"))
     t_hopper = {

@@ -32,3 +32,12 @@ def test_rotation_keeps_one_copy_past_the_decode_sizes() -> None:
     rotation = Rotation(lambda w: w.sum(), weight, weight_bytes=10, rows=COLD_WEIGHTS_MAX_M + 1, l2_bytes=1 << 30)
     assert rotation.weights == [weight]
     assert float(rotation()) == 3.0
+
+
+def test_rotation_sharing_reuses_the_copies_under_another_op() -> None:
+    rotation = Rotation(lambda w: ("first", w), 1, weight_bytes=8, rows=1, l2_bytes=8, copy_weight=lambda w: w + 1)
+    other = rotation.sharing(lambda w: ("second", w))
+    assert other.weights is rotation.weights
+    rotation()
+    assert [other() for _ in range(3)] == [("second", 1), ("second", 2), ("second", 1)]
+    assert rotation() == ("first", 2)
