@@ -99,10 +99,35 @@ constexpr int gemv_min_blocks(int max_m, bool element_wise) {
   return max_m <= 2 && element_wise ? 3 : (max_m <= 4 ? 2 : 1);
 }
 
+// Stages x[row][k0, k0 + len) as fp32 into s_x[row][0, len) for rows < M, as 16-byte loads where x allows: its
+// element-wise loads (64 per thread at M = 16, K = 4096) left several batches of them in turn on every CTA's path to
+// its first multiply.
+template <typename T, int ChunkK>
+__device__ __forceinline__ void stage_x_chunk(float* s_x, const T* x, int64_t ldx, int64_t k0, int M, int len) {
+  const int tid = threadIdx.x;
+  if (ldx % 8 == 0 && k0 % 8 == 0 && len % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0) {
+    const int row_vecs = len / 8;
+#pragma unroll 2
+    for (int i = tid; i < M * row_vecs; i += kThreads) {
+      const int row = i / row_vecs, kk = (i - row * row_vecs) * 8;
+      const uint4 q = __ldg(reinterpret_cast<const uint4*>(x + row * ldx + k0 + kk));
+      const T* h = reinterpret_cast<const T*>(&q);
+      float4* dst = reinterpret_cast<float4*>(s_x + row * ChunkK + kk);
+      dst[0] = make_float4(to_float(h[0]), to_float(h[1]), to_float(h[2]), to_float(h[3]));
+      dst[1] = make_float4(to_float(h[4]), to_float(h[5]), to_float(h[6]), to_float(h[7]));
+    }
+    return;
+  }
+  for (int i = tid; i < M * len; i += kThreads) {
+    const int row = i / len, kk = i - row * len;
+    s_x[row * ChunkK + kk] = to_float(x[row * ldx + k0 + kk]);
+  }
+}
+
 template <typename T, int MaxM, bool ElementWise>
 __global__ void __launch_bounds__(kThreads, gemv_min_blocks(MaxM, ElementWise)) nm_gemv_kernel(PackedNMView w, Problem p, int64_t groups_per_split) {
   constexpr int kChunkK = kStageFloats / MaxM;
-  __shared__ float s_x[kStageFloats];
+  __shared__ __align__(16) float s_x[kStageFloats];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int lane_n = lane % kLanesN, slot = warp * kRowsPerWarp + lane / kLanesN;
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kGemvBN + lane_n * kColsPerLane;
@@ -128,10 +153,7 @@ __global__ void __launch_bounds__(kThreads, gemv_min_blocks(MaxM, ElementWise)) 
     RowBatch batch;
     if (col_ok) load_rows<T, ElementWise>(batch, w, r, r_end, n0);
     __syncthreads();  // the previous chunk is fully read
-    for (int i = tid; i < M * len; i += kThreads) {
-      const int row = i / len, kk = i - row * len;
-      s_x[row * kChunkK + kk] = to_float(x[row * p.ldx + k0 + kk]);
-    }
+    stage_x_chunk<T, kChunkK>(s_x, x, p.ldx, k0, M, len);
     __syncthreads();
     if (!col_ok) continue;
     for (; r < r_end; r += kRowSlots * kUnroll) {

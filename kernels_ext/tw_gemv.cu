@@ -142,6 +142,62 @@ struct GemvShape {
   static_assert(kSlicePartialFloats<MaxM> <= kGemvStageFloats, "the partial sums reuse the staging");
 };
 
+// The end of a CUDA-core GEMV CTA: its lanes' sums of the slice folded (the lanes with the same lane_n hold sums for
+// the same columns: the warp's row lanes first, then the warps, through the staging), its outputs finished and its
+// share of the pruned columns written.
+template <typename T, int MaxM>
+__device__ __forceinline__ void finish_cuda_core_slice(float (&acc)[MaxM][GemvShape<MaxM>::kCols], float* s_x,
+                                                       SliceOutputs<T, MaxM>& outputs, FinalizeCursor<T>& fill,
+                                                       const PackedTile& w, const Problem& p) {
+  constexpr int kCols = GemvShape<MaxM>::kCols, kLanesN = GemvShape<MaxM>::kLanesN;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  outputs.fetch_biases(p);
+  fill.fetch_bias(p);
+#pragma unroll
+  for (int m = 0; m < MaxM; ++m)
+#pragma unroll
+    for (int e = 0; e < kCols; ++e) {
+      float s = acc[m][e];
+#pragma unroll
+      for (int off = kLanesN; off < 32; off <<= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+      acc[m][e] = s;
+    }
+  __syncthreads();  // the staging is reused for the partial sums, [warp][m][slice column]
+  if (lane < kLanesN) {
+#pragma unroll
+    for (int m = 0; m < MaxM; ++m)
+#pragma unroll
+      for (int e = 0; e < kCols; ++e) s_x[(warp * MaxM + m) * kGemvSliceCols + lane * kCols + e] = acc[m][e];
+  }
+  __syncthreads();
+  outputs.finish(s_x, w, p);
+  while (!fill.done()) fill.step(w, p);
+}
+
+// Multiplies one row of packed values (a lane's kCols columns) by x's rows at xs ([MaxM] fp32 in shared memory).
+template <typename T, int MaxM, typename Vec>
+__device__ __forceinline__ void multiply_row(float (&acc)[MaxM][GemvShape<MaxM>::kCols], const Vec& v,
+                                             const float* xs) {
+  float xv[MaxM];
+  if constexpr (MaxM % 4 == 0) {
+#pragma unroll
+    for (int m = 0; m < MaxM; m += 4) {
+      const float4 q = ld_shared_f4(xs + m);
+      xv[m] = q.x, xv[m + 1] = q.y, xv[m + 2] = q.z, xv[m + 3] = q.w;
+    }
+  } else {
+#pragma unroll
+    for (int m = 0; m < MaxM; ++m) xv[m] = ld_shared_f32(xs + m);
+  }
+  const T* wv = reinterpret_cast<const T*>(&v);
+#pragma unroll
+  for (int e = 0; e < GemvShape<MaxM>::kCols; ++e) {
+    const float we = to_float(wv[e]);
+#pragma unroll
+    for (int m = 0; m < MaxM; ++m) acc[m][e] += xv[m] * we;
+  }
+}
+
 template <typename T, int MaxM>
 __global__ void __launch_bounds__(kGemvThreads) tw_gemv_kernel(PackedTile w, Problem p, int k_split) {
   using Shape = GemvShape<MaxM>;
@@ -152,7 +208,7 @@ __global__ void __launch_bounds__(kGemvThreads) tw_gemv_kernel(PackedTile w, Pro
   __shared__ __align__(16) float s_x[kGemvStageFloats];
   const SliceWork work(w, k_split);
   const int p0 = work.p0, kb = work.kb, ke = work.ke;
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int tid = threadIdx.x, lane = tid & 31;
   const int lane_n = lane % kLanesN, slot = tid / kLanesN;
   const int c0 = work.slice * kGemvSliceCols + lane_n * kCols;  // the lane's first column inside the tile
 
@@ -214,53 +270,83 @@ __global__ void __launch_bounds__(kGemvThreads) tw_gemv_kernel(PackedTile w, Pro
       for (int u = 0; u < kUnroll; ++u) {
         const int row = k + u * kRowSlots;
         if (row >= k1) break;
-        const float* xs = s_x + (row - k0) * MaxM;
-        float xv[MaxM];
-        if constexpr (MaxM % 4 == 0) {
-#pragma unroll
-          for (int m = 0; m < MaxM; m += 4) {
-            const float4 q = ld_shared_f4(xs + m);
-            xv[m] = q.x, xv[m + 1] = q.y, xv[m + 2] = q.z, xv[m + 3] = q.w;
-          }
-        } else {
-#pragma unroll
-          for (int m = 0; m < MaxM; ++m) xv[m] = ld_shared_f32(xs + m);
-        }
-        const T* wv = reinterpret_cast<const T*>(&v[u]);
-#pragma unroll
-        for (int e = 0; e < kCols; ++e) {
-          const float we = to_float(wv[e]);
-#pragma unroll
-          for (int m = 0; m < MaxM; ++m) acc[m][e] += xv[m] * we;
-        }
+        multiply_row<T, MaxM>(acc, v[u], s_x + (row - k0) * MaxM);
       }
       if (k + kRowSlots * kUnroll < k1) load_batch(k + kRowSlots * kUnroll, k1);
     }
   }
 
-  outputs.fetch_biases(p);
-  fill.fetch_bias(p);
+  finish_cuda_core_slice<T, MaxM>(acc, s_x, outputs, fill, w, p);
+}
 
-  // Lanes with the same lane_n hold sums for the same columns: fold the warp's row lanes, then the warps.
+// M = 1 with all of x staged (K < kGemvStageFloats) when the CTA starts: the kept rows' values and their row
+// indices then stream together, and each value row reads its x from the staging by that index, so no load waits for
+// a row index before x is gathered (the gathering kernel's chain: tile bounds, row indices, rows of x, and only then
+// the first multiply). Entry K of the staging holds a zero for the padding rows (index -1).
+template <typename T>
+__global__ void __launch_bounds__(kGemvThreads) tw_gemv_whole_x_kernel(PackedTile w, Problem p, int k_split) {
+  constexpr int MaxM = 1;
+  using Shape = GemvShape<MaxM>;
+  using Vec = typename Shape::Vec;
+  allow_dependent_launch();  // a finalize pass may follow
+  constexpr int kCols = Shape::kCols, kLanesN = Shape::kLanesN, kRowSlots = Shape::kRowSlots;
+  constexpr int kUnroll = Shape::kUnroll;
+  __shared__ __align__(16) float s_x[kGemvStageFloats];
+  const SliceWork work(w, k_split);
+  const int kb = work.kb, ke = work.ke;
+  const int tid = threadIdx.x;
+  const int lane_n = (tid & 31) % kLanesN, slot = tid / kLanesN;
+  const int c0 = work.slice * kGemvSliceCols + lane_n * kCols;  // the lane's first column inside the tile
+  const T* vals = static_cast<const T*>(w.values) + static_cast<int64_t>(work.p0) * w.granularity + c0;
+  const int* rows = w.rows + work.p0;
+
+  Vec v[kUnroll];
+  int x_row[kUnroll];
+  auto load_batch = [&](int k) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int row = k + u * kRowSlots;
+      if (row < ke) {
+        v[u] = __ldg(reinterpret_cast<const Vec*>(vals + static_cast<int64_t>(row) * w.granularity));
+        x_row[u] = __ldg(rows + row);
+      }
+    }
+  };
+  int k = kb + slot;
+  load_batch(k);
+  SliceOutputs<T, MaxM> outputs(w, p, work);
+  FinalizeCursor<T> fill = pruned_share<T>(w, p);
+
+  const T* x = static_cast<const T*>(p.x);
+  const int K = static_cast<int>(w.K);
+  if (p.sxk == 1 && K % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0) {
+    for (int k8 = tid * 8; k8 < K; k8 += kGemvThreads * 8) {
+      const uint4 q = __ldg(reinterpret_cast<const uint4*>(x + k8));
+      const T* h = reinterpret_cast<const T*>(&q);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) s_x[k8 + e] = to_float(h[e]);
+    }
+  } else {
+#pragma unroll 4
+    for (int kk = tid; kk < K; kk += kGemvThreads) s_x[kk] = to_float(x[static_cast<int64_t>(kk) * p.sxk]);
+  }
+  if (tid == 0) s_x[K] = 0.0f;
+  __syncthreads();
+
+  float acc[MaxM][kCols];
 #pragma unroll
   for (int m = 0; m < MaxM; ++m)
 #pragma unroll
-    for (int e = 0; e < kCols; ++e) {
-      float s = acc[m][e];
+    for (int e = 0; e < kCols; ++e) acc[m][e] = 0.0f;
+  for (; k < ke; k += kRowSlots * kUnroll) {
 #pragma unroll
-      for (int off = kLanesN; off < 32; off <<= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
-      acc[m][e] = s;
+    for (int u = 0; u < kUnroll; ++u) {
+      if (k + u * kRowSlots >= ke) break;
+      multiply_row<T, MaxM>(acc, v[u], s_x + (x_row[u] < 0 ? K : x_row[u]));
     }
-  __syncthreads();  // the staging is reused for the partial sums, [warp][m][slice column]
-  if (lane < kLanesN) {
-#pragma unroll
-    for (int m = 0; m < MaxM; ++m)
-#pragma unroll
-      for (int e = 0; e < kCols; ++e) s_x[(warp * MaxM + m) * kGemvSliceCols + lane * kCols + e] = acc[m][e];
+    if (k + kRowSlots * kUnroll < ke) load_batch(k + kRowSlots * kUnroll);
   }
-  __syncthreads();
-  outputs.finish(s_x, w, p);
-  while (!fill.done()) fill.step(w, p);
+  finish_cuda_core_slice<T, MaxM>(acc, s_x, outputs, fill, w, p);
 }
 
 // Tensor cores (kGemvMaxM < M <= kSmallM, x feature-major with 16-byte rows): the rows of x fill the 16 rows of an
@@ -398,6 +484,18 @@ int gemv_splits(const PackedTile& w, const Problem& p) {
   return static_cast<int>(std::min<int64_t>(cdiv(2 * p.num_sms, ctas), std::max(1, w.max_tile_k / 256)));
 }
 
+// CTAs of kKernel (kGemvThreads threads, static shared memory only) that one SM holds at once, asked once per
+// process (the devices of a process are assumed alike).
+template <auto kKernel>
+int resident_ctas_per_sm() {
+  static const int ctas = [] {
+    int n = 0;
+    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kKernel, kGemvThreads, 0) == cudaSuccess ? std::max(1, n)
+                                                                                                       : 1;
+  }();
+  return ctas;
+}
+
 template <typename T>
 const char* launch_typed(const PackedTile& w, const Problem& p, const Plan& plan) {
   const int k_split = std::max(kKStep, cdiv(cdiv(w.max_tile_k, plan.splits), kKStep) * kKStep);
@@ -412,6 +510,13 @@ const char* launch_typed(const PackedTile& w, const Problem& p, const Plan& plan
     kernel<<<grid, kGemvThreads, 0, p.stream>>>(w, p, k_split);
     return check_launch();
   };
+  // x staged whole where all CTAs run in one round: measured on an H200 (bench/results/tw_h200_gemv_whole_x.md),
+  // 2-8% faster at 50-90% sparsity on 4096 x 11008, 4.5% slower at 30%, whose CTAs take two rounds.
+  const int64_t ctas = static_cast<int64_t>(grid.x) * grid.y;
+  constexpr auto kWholeX = tw_gemv_whole_x_kernel<T>;
+  if (p.M <= 1 && w.K < kGemvStageFloats && ctas <= resident_ctas_per_sm<kWholeX>() * int64_t{p.num_sms}) {
+    return run(kWholeX);
+  }
   if (p.M <= 1) return run(tw_gemv_kernel<T, 1>);
   if (p.M <= 2) return run(tw_gemv_kernel<T, 2>);
   if (p.M <= 4) return run(tw_gemv_kernel<T, 4>);
