@@ -68,6 +68,7 @@ def _extensions() -> tuple[list, dict]:
         "kernels_ext/tw_gemm_sm90.cu",
         "kernels_ext/tw_gemm_sm90_ws.cu",
         "kernels_ext/nm_gemm.cu",
+        "kernels_ext/nm_gemv_mma.cu",
         "kernels_ext/im2col.cu",
     ]
     include_dirs = [str(ROOT / "kernels_ext")]

@@ -1,11 +1,19 @@
-// mma.sync building blocks (sm_80+) shared by the TW kernels that use them: the tensor-core tile path
-// (tw_gemm.cu) and the tensor-core GEMV (tw_gemv.cu).
+// mma.sync building blocks (sm_80+) shared by the kernels that use them: the TW tensor-core tile path (tw_gemm.cu),
+// the TW tensor-core GEMV (tw_gemv.cu) and the element-wise N:M one (nm_gemv_mma.cu).
 #pragma once
 
 #include "tw_device.cuh"
 
 namespace sparseprune {
 namespace tw {
+
+// Four 8 x 8 b16 matrices from shared memory (at a shared-space address): the A fragment of m16n8k16 from an
+// operand stored row-major (M x K).
+__device__ __forceinline__ void ldmatrix_x4(uint32_t* r, uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
 
 // Four 8 x 8 b16 matrices from shared memory (at a shared-space address), transposed: the A or B fragments of
 // m16n8k16 from operands stored K-major.

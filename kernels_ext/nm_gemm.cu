@@ -11,16 +11,13 @@
 // per kept row and does 16 FMAs against the staged x tile (fp32 accumulation).
 #include <algorithm>
 
-#include "nm_gemm.h"
-#include "tw_device.cuh"
+#include "nm_device.cuh"
 
 namespace sparseprune {
 namespace nm {
 namespace {
 
-using tw::activate;
 using tw::check_launch;
-using tw::from_float;
 using tw::to_float;
 
 inline int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -45,12 +42,6 @@ constexpr int kMmChunkK = 128;                        // dense K staged per step
 
 static_assert(kStageFloats % (16 * 32) == 0, "every staged chunk must hold whole groups of m <= 32");
 static_assert(kWarps * 16 * kGemvBN <= kStageFloats, "the SpMV reduction reuses the staging buffer");
-
-template <typename T>
-__device__ __forceinline__ void store_output(const Problem& p, int64_t row, int64_t col, float v) {
-  if (p.bias != nullptr) v += to_float(static_cast<const T*>(p.bias)[col]);
-  static_cast<T*>(p.y)[row * p.ldy + col] = from_float<T>(activate(v, p.activation));
-}
 
 // The 8 in-group positions of columns n0..n0+7 in values row `row`, one byte each (unmasked). Element-wise
 // packings (vector 1) hold them as one 8-byte word; vector-wise ones repeat each list over `vector` columns.
@@ -283,18 +274,28 @@ int gemv_splits(const PackedNMView& w, const Problem& p) {
   return static_cast<int>(std::min<int64_t>({by_rows, by_sms, 32}));
 }
 
+// Rows of x from which the tensor-core GEMV (nm_gemv_mma.cu) takes an element-wise packing it supports: its time
+// hardly moves with the rows, the SpMV's grows with every one (H200, 4096 x 11008: at 4 rows the SpMV is still
+// faster on 1:4 and 1:8, at 8 the tensor-core GEMV on every pattern; bench/results/nm_h200_gemv_mma.md).
+constexpr int kGemvMmaMinM = 5;
+
 template <typename T, int MaxM>
 const char* run_gemv(const PackedNMView& w, const Problem& p, int splits) {
   if (splits > 1 && p.workspace == nullptr) return "the split-K N:M SpMV needs its fp32 workspace";
-  const int64_t groups = w.K / w.m;
-  const int64_t groups_per_split = std::max<int64_t>(1, cdiv(groups, splits));
-  const dim3 grid(static_cast<unsigned>(cdiv(w.N, kGemvBN)), static_cast<unsigned>(splits));
-  if (w.vector == 1) {
-    nm_gemv_kernel<T, MaxM, true><<<grid, kThreads, 0, p.stream>>>(w, p, groups_per_split);
+  const char* err = nullptr;
+  if (p.M >= kGemvMmaMinM && gemv_mma_supported(w, p)) {
+    err = launch_gemv_mma(w, p, splits);
   } else {
-    nm_gemv_kernel<T, MaxM, false><<<grid, kThreads, 0, p.stream>>>(w, p, groups_per_split);
+    const int64_t groups = w.K / w.m;
+    const int64_t groups_per_split = std::max<int64_t>(1, cdiv(groups, splits));
+    const dim3 grid(static_cast<unsigned>(cdiv(w.N, kGemvBN)), static_cast<unsigned>(splits));
+    if (w.vector == 1) {
+      nm_gemv_kernel<T, MaxM, true><<<grid, kThreads, 0, p.stream>>>(w, p, groups_per_split);
+    } else {
+      nm_gemv_kernel<T, MaxM, false><<<grid, kThreads, 0, p.stream>>>(w, p, groups_per_split);
+    }
+    err = check_launch();
   }
-  const char* err = check_launch();
   if (err != nullptr || splits == 1) return err;
   const int64_t blocks = std::min<int64_t>(cdiv(p.M * w.N, kThreads), 8LL * p.num_sms);
   nm_finalize_kernel<T><<<static_cast<unsigned>(blocks), kThreads, 0, p.stream>>>(w, p, splits);

@@ -49,5 +49,11 @@ int64_t workspace_floats(const PackedNMView& w, const Problem& p);
 // Launches the N:M GEMM; returns nullptr on success, else a static error message (every launch is checked).
 const char* launch_nm_matmul(const PackedNMView& w, const Problem& p);
 
+// Implemented in nm_gemv_mma.cu: whether the tensor-core GEMV takes this packing and x (element-wise, kept / m at
+// most 1/2, K a multiple of 32, N of 32, x rows 16-byte aligned), and its launch over `splits` K splits (into the
+// workspace when above 1).
+bool gemv_mma_supported(const PackedNMView& w, const Problem& p);
+const char* launch_gemv_mma(const PackedNMView& w, const Problem& p, int splits);
+
 }  // namespace nm
 }  // namespace sparseprune

@@ -68,6 +68,21 @@ def test_split_k_spmv(dtype: torch.dtype, rows: int, k: int, n: int, kept: int, 
     torch.testing.assert_close(nm_matmul(x, packed, bias, "gelu", kernel="simt"), y, rtol=0, atol=0)
 
 
+# The tensor-core GEMV takes element-wise packings with kept / m <= 1/2, K a multiple of 32 and N of 32 from 5 rows of
+# x: every group size, steps of several groups (m < 32) or one (m = 32), few steps per warp, and
+# a K split (N = 64, long K) whose finalize pass sums the slices.
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_tensor_core_gemv_matches_fp32_reference(dtype: torch.dtype) -> None:
+    configs = [(1, 2), (2, 4), (1, 8), (2, 8), (4, 16), (8, 16), (3, 32), (16, 32)]
+    shapes = [(5, 1024, 352), (8, 96, 32), (16, 4096, 1056), (11, 8192, 64)]
+    for i, ((kept, m), (rows, k, n)) in enumerate(itertools.product(configs, shapes)):
+        act = [None, "relu", "gelu"][i % 3]
+        packed, x, bias, b = _case(rows, k // m, n, kept, m, 1, dtype, seed=100 + i)
+        y = nm_matmul(x, packed, bias, act, kernel="simt")
+        err = rel_err(y, dense_reference(x, b, bias, act, dtype=torch.float32))
+        assert err <= KERNEL_TOLERANCE[dtype], f"{kept}:{m} M={rows} K={k} N={n} {act}: {err:.2e}"
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("vector", [16, 32, 64, 128, 256])
 def test_tw_route_matches_fp32_reference(dtype: torch.dtype, vector: int) -> None:

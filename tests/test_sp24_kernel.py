@@ -161,10 +161,13 @@ def test_forced_route_explains_why_it_cannot_run() -> None:
         (4096, 64, 1, 2, 1, "sp24"),  # 1:2 keeps two of any 4
         (4096, 64, 3, 32, 1, "sp24"),  # 3:32 may keep three of 4 adjacent rows: two 2:4 passes
         (4096, 64, 8, 32, 8, "sp24"),  # so may 8:32 and 4:16
-        (7, 64, 3, 32, 1, "simt"),  # the two 2:4 parts beat the SpMV from 8 rows, whatever N/M
-        (8, 64, 3, 32, 1, "sp24"),
-        (7, 64, 4, 16, 1, "simt"),
-        (8, 64, 4, 16, 1, "sp24"),
+        (7, 48, 3, 8, 1, "simt"),  # the two 2:4 parts beat the CUDA-core SpMV from 8 rows, whatever N/M
+        (8, 48, 3, 8, 1, "sp24"),  # K = 48: no tensor-core GEMV
+        (8, 48, 4, 16, 1, "sp24"),
+        (8, 64, 3, 32, 1, "simt"),  # its tensor-core GEMV beats them up to 16 rows
+        (16, 64, 4, 16, 1, "simt"),
+        (17, 64, 4, 16, 1, "sp24"),
+        (8, 64, 4, 16, 8, "sp24"),  # vector-wise: no tensor-core GEMV
         (4096, 64, 4, 16, 16, "tw"),
         (4096, 64, 1, 4, 16, "tw"),  # the TW route skips all the pruned K, the 2:4 hardware only half
     ],

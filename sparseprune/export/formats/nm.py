@@ -5,8 +5,10 @@ columns. `values` [K/m * kept, N] holds the kept values group after group; `idx`
 holds each kept value's position inside its group, shared by the `vector` columns of a block.
 
 `nm_matmul` picks one of four routes per call:
-- "simt": kernels_ext/nm_gemm.cu on CUDA cores, any `vector`. M <= 16 runs a memory-bound SpMV that reads every
-  kept weight once; larger M a shared-memory-tiled SpMM with fp32 accumulation.
+- "simt": kernels_ext/nm_gemm.cu, any `vector`. M <= 16 runs a memory-bound SpMV that reads every kept weight once
+  (on tensor cores from 5 rows for an element-wise packing with N/M <= 1/2 and K, N multiples of 32: each K step
+  expanded back to a dense block in shared memory, kernels_ext/nm_gemv_mma.cu); larger M a shared-memory-tiled SpMM
+  with fp32 accumulation.
 - "tw": vector-wise N:M with V >= 16 is a tile-wise layout (each V-column block keeps the same K*kept/m rows), so it
   is repacked once into PackedTW (memoised per `values` tensor) and runs on the TW kernels; chosen for M > 16, and
   for V >= 32 at every M (at small M, after the sparse tensor cores for 2:4). V = 16 fills half of each 32-column TW
@@ -20,7 +22,7 @@ holds each kept value's position inside its group, shared by the `vector` column
   when the extension holds the CUTLASS kernel; K must be a multiple of 16. Chosen for 2:4 itself
   above one row of x; where the TW route cannot run (V < 16), for N <= 2 once rows x N/M passes
   SPMV_MAX_ROW_DENSITY (the SpMV's time grows with both, the sparse tensor cores' hardly), and for N >= 3 from
-  SPLIT_SP24_MIN_ROWS rows.
+  SPLIT_SP24_MIN_ROWS rows, or past SMALL_M where the SpMV's tensor-core GEMV takes the packing.
 - "reference": one dense GEMM on the scattered weight; CPU, no extension, dtypes other than fp16/bf16, or a
   packing outside the kernels' range (M not a power of two in [2, 32], N = 0 or N = M, N columns not a multiple
   of 8).
@@ -55,8 +57,11 @@ SP24_MAX_KEPT = 2  # N:M with N up to this keeps at most 2 of any 4 consecutive 
 # against 0.87x; bench/results/nm_h200_sparser_on_sp24.md).
 SPMV_MAX_ROW_DENSITY = 0.5
 # Rows of x from which the two 2:4 parts of an N >= 3 pattern beat the SpMV (H200, 4096 x 11008: 0.43-0.44x dense at
-# any row count; the SpMV 0.66-0.89x at 4 rows, 0.25-0.37x at 8; bench/results/nm_h200_two_pass.md).
+# any row count; the SpMV 0.66-0.89x at 4 rows, 0.25-0.37x at 8; bench/results/nm_h200_two_pass.md). A packing the
+# SpMV's tensor-core GEMV takes (element-wise, N/M <= 1/2, K and N multiples of 32: 4:16 at 0.84-0.91x dense from 5
+# to 16 rows; bench/results/nm_h200_gemv_mma.md) keeps the "simt" route up to SMALL_M rows.
 SPLIT_SP24_MIN_ROWS = 8
+TENSOR_CORE_GEMV_STEP = 32  # K and N multiple the tensor-core GEMV needs; must match kStepK and kCols there
 
 # PackedTW twin of each vector-wise weight and CUTLASS-compressed form of each sp24 weight, keyed weakly by its values
 # tensor: export modules rebuild PackedNM on every forward from the same buffers, and a repack per call is far too
@@ -262,8 +267,16 @@ def auto_route(x: torch.Tensor, packed: PackedNM, rows: int | None = None) -> st
     elif packed.kept <= SP24_MAX_KEPT:
         routes = (*tw_route, "sp24") if rows * packed.kept / packed.m > SPMV_MAX_ROW_DENSITY else tw_route
     else:
-        routes = (*tw_route, "sp24") if rows >= SPLIT_SP24_MIN_ROWS else tw_route
+        min_rows = SMALL_M + 1 if takes_tensor_core_gemv(packed) else SPLIT_SP24_MIN_ROWS
+        routes = (*tw_route, "sp24") if rows >= min_rows else tw_route
     return next((route for route in routes if route_unavailable(x, packed, route) is None), "simt")
+
+
+def takes_tensor_core_gemv(packed: PackedNM) -> bool:
+    """Whether the SpMV runs this packing on tensor cores from a few rows of x (kernels_ext/nm_gemv_mma.cu)."""
+    k, n = packed.shape
+    step = TENSOR_CORE_GEMV_STEP
+    return packed.vector == 1 and 2 * packed.kept <= packed.m and k % step == 0 and n % step == 0
 
 
 def tw_granularity(vector: int) -> int:

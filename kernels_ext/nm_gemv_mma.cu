@@ -1,0 +1,187 @@
+// Element-wise N:M at a few rows of x on tensor cores. A row of x costs the CUDA-core SpMV one shared-memory read
+// per multiply-add, so from a few rows it is bound by those reads instead of by the weight (2:8 on 4096 x 11008:
+// 170 us at 16 rows against 14 at one). Here each warp expands its K steps of 32 dense rows back into a dense
+// 32 x 32 block of the CTA's 32 columns in shared memory (kept values at their in-group positions, zeros elsewhere)
+// and runs m16n8k16 MMAs on it with up to 16 rows of x: the weight is still read once, compressed, and the
+// expanded zeros cost only tensor-core time, which these sizes have to spare.
+//
+// CTA = 32 columns x a range of K steps (its K split, blockIdx.y); warp w takes steps w, w + 8, ... Each step's
+// packed values (32 K rows x kept / m of them), their in-group positions and the step's 32 columns of x are copied
+// with 16-byte cp.async into the warp's ring of kStages stages, kStages - 1 steps ahead of the multiplies.
+#include "mma_sync.cuh"
+#include "nm_device.cuh"
+
+namespace sparseprune {
+namespace nm {
+namespace {
+
+using tw::cp_async16_to;
+using tw::cp_async_commit;
+using tw::cp_async_wait;
+using tw::ldmatrix_x4;
+using tw::ldmatrix_x4_trans;
+using tw::mma_16816;
+using tw::smem_addr;
+using tw::swizzle;
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kCols = 32;      // columns per CTA
+constexpr int kStepK = 32;     // dense K rows per step: two k16 MMAs
+constexpr int kMaxRows = 16;   // packed rows per step at most: kept / m <= 1/2
+constexpr int kStages = 3;  // six, at one CTA per SM, were 30% slower
+constexpr int kXBytes = kSmallM * kStepK * 2;      // [16 rows of x][32 k], 64-byte rows, swizzled
+constexpr int kValueBytes = kMaxRows * kCols * 2;  // [packed row][32 columns]
+constexpr int kIdxBytes = kMaxRows * kCols;        // [packed row][32 columns], one byte each
+constexpr int kStageBytes = kXBytes + kValueBytes + kIdxBytes;
+constexpr int kTileBytes = kStepK * kCols * 2;     // the expanded block, [32 k][32 columns], swizzled
+constexpr int kWarpBytes = kStages * kStageBytes + kTileBytes;
+constexpr int kSmemBytes = kWarps * kWarpBytes;
+static_assert(kWarps * kSmallM * kCols * 4 <= kSmemBytes, "the warps' partial sums reuse the stages");
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads) nm_gemv_mma_kernel(PackedNMView w, Problem p) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int m = w.m, kept = w.kept, rows_per_step = kStepK / m * kept;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kCols;
+  const int total_steps = static_cast<int>(w.K / kStepK);
+  const int s_begin = static_cast<int>(static_cast<int64_t>(total_steps) * blockIdx.y / gridDim.y);
+  const int s_end = static_cast<int>(static_cast<int64_t>(total_steps) * (blockIdx.y + 1) / gridDim.y);
+  const int steps = s_end > s_begin + warp ? (s_end - s_begin - warp + kWarps - 1) / kWarps : 0;
+  const uint32_t ring = smem_addr(smem + warp * kWarpBytes);
+  const uint32_t tile = ring + kStages * kStageBytes;
+  unsigned char* tile_ptr = smem + warp * kWarpBytes + kStages * kStageBytes;
+  const T* x = static_cast<const T*>(p.x);
+  const T* vals = static_cast<const T*>(w.values);
+  const int M = static_cast<int>(p.M);
+
+  // Copies: x chunks lane and lane + 32 (row chunk / 4, k chunk chunk % 4; zeros past M); value chunks likewise
+  // (packed row chunk / 4); in-group positions chunk lane (packed row lane / 2, half lane % 2). The sources of the
+  // warp's first step, advanced by a fixed stride per step.
+  const int first = s_begin + warp;
+  const int64_t step_values = static_cast<int64_t>(kWarps) * rows_per_step * w.N;  // elements between its steps
+  const T* x_src[2];
+  const T* value_src[2];
+  uint32_t x_dst[2], value_dst[2];
+  int x_bytes[2];
+  bool value_ok[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int chunk = lane + 32 * h, row = chunk / 4, c = chunk % 4;
+    x_bytes[h] = row < M ? 16 : 0;
+    x_src[h] = x + (row < M ? row * p.ldx : 0) + static_cast<int64_t>(first) * kStepK + c * 8;
+    x_dst[h] = row * 64 + swizzle<4>(row, c) * 16;
+    value_ok[h] = row < rows_per_step;
+    value_src[h] = vals + (static_cast<int64_t>(first) * rows_per_step + row) * w.N + n0 + c * 8;
+    value_dst[h] = kXBytes + row * 64 + c * 16;
+  }
+  const bool idx_ok = lane / 2 < rows_per_step;
+  const uint8_t* idx_src = w.idx + (static_cast<int64_t>(first) * rows_per_step + lane / 2) * w.N + n0 + (lane % 2) * 16;
+  auto copy_step = [&](int i) {
+    const uint32_t stage = ring + (i % kStages) * kStageBytes;
+    if (i < steps) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        cp_async16_to(stage + x_dst[h], x_src[h] + static_cast<int64_t>(i) * kWarps * kStepK, x_bytes[h]);
+        if (value_ok[h]) cp_async16_to(stage + value_dst[h], value_src[h] + i * step_values, 16);
+      }
+      if (idx_ok) cp_async16_to(stage + kXBytes + kValueBytes + lane * 16, idx_src + i * step_values, 16);
+    }
+    cp_async_commit();  // empty past the warp's steps, so that every wait below counts kStages - 1 groups
+  };
+
+  // ldmatrix sources: A (x) rows a_row, k chunk 2h + a_chunk; B (expanded block) k rows 16h + b_row, column chunk
+  // b_chunk (+2 for columns 16..31).
+  const int li = lane & 7, q = lane >> 3;
+  const int a_row = li + (q & 1) * 8, a_chunk = q >> 1;
+  const int b_row = li + (q & 1) * 8, b_chunk = q >> 1;
+  const int col_chunk = lane / 8, col_bytes = (lane % 8) * 2;  // the lane's column in the expanded block
+  float acc[4][4] = {};
+#pragma unroll
+  for (int i = 0; i < kStages - 1; ++i) copy_step(i);
+  for (int i = 0; i < steps; ++i) {
+    cp_async_wait<kStages - 2>();  // step i's copies are done
+    __syncwarp();
+    const uint32_t stage = ring + (i % kStages) * kStageBytes;
+    // Expand: lane = column; zeros first, then each packed row's value at its K row.
+#pragma unroll
+    for (int z = 0; z < kTileBytes / 16 / 32; ++z) {
+      *reinterpret_cast<uint4*>(tile_ptr + (z * 32 + lane) * 16) = make_uint4(0u, 0u, 0u, 0u);
+    }
+    __syncwarp();
+    const unsigned char* stage_ptr = smem + warp * kWarpBytes + (i % kStages) * kStageBytes;
+    const uint16_t* packed_vals = reinterpret_cast<const uint16_t*>(stage_ptr + kXBytes) + lane;
+    const uint8_t* positions = stage_ptr + kXBytes + kValueBytes + lane;
+    for (int k0 = 0, r = 0; k0 < kStepK; k0 += m) {  // the step's groups, kept packed rows each
+      for (int j = 0; j < kept; ++j, ++r) {
+        const int k = k0 + (positions[r * kCols] & (m - 1));  // the mask keeps a corrupt index inside its group
+        *reinterpret_cast<uint16_t*>(tile_ptr + k * 64 + ((col_chunk ^ ((k >> 1) & 3)) << 4) + col_bytes) =
+            packed_vals[r * kCols];
+      }
+    }
+    __syncwarp();
+    copy_step(i + kStages - 1);  // into the stage read one step ago
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      uint32_t a[4], b[2][4];
+      ldmatrix_x4(a, stage + a_row * 64 + swizzle<4>(a_row, 2 * h + a_chunk) * 16);
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int row = 16 * h + b_row;
+        ldmatrix_x4_trans(b[half], tile + row * 64 + swizzle<4>(row, b_chunk + 2 * half) * 16);
+      }
+#pragma unroll
+      for (int j = 0; j < 4; ++j) mma_16816<T>(acc[j], a, &b[j / 2][(j % 2) * 2]);
+    }
+    __syncwarp();  // the block is read before the next step expands into it
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // the stages are reused for the partial sums, [warp][row of x][column]
+  // Accumulator e of fragment j: row g (+8 for e >= 2), column 8j + 2t + e % 2.
+  float* partial = reinterpret_cast<float*>(smem);
+  const int g = lane >> 2, t4 = lane & 3;
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      partial[(warp * kSmallM + g + (e >> 1) * 8) * kCols + 8 * j + 2 * t4 + (e & 1)] = acc[j][e];
+    }
+  __syncthreads();
+  for (int t = threadIdx.x; t < M * kCols; t += kThreads) {
+    const int row = t / kCols, c = t % kCols;
+    const int64_t col = n0 + c;
+    if (col >= w.N) continue;
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kWarps; ++i) s += partial[(i * kSmallM + row) * kCols + c];
+    if (gridDim.y == 1) {
+      store_output<T>(p, row, col, s);
+    } else {
+      p.workspace[(static_cast<int64_t>(blockIdx.y) * p.M + row) * w.N + col] = s;
+    }
+  }
+}
+
+}  // namespace
+
+bool gemv_mma_supported(const PackedNMView& w, const Problem& p) {
+  const bool x_rows16 = p.ldx % 8 == 0 && reinterpret_cast<uintptr_t>(p.x) % 16 == 0;
+  return w.vector == 1 && 2 * w.kept <= w.m && w.K % kStepK == 0 && w.N % kCols == 0 && x_rows16;
+}
+
+template <typename T>
+const char* launch_gemv_mma_typed(const PackedNMView& w, const Problem& p, int splits) {
+  constexpr auto kKernel = nm_gemv_mma_kernel<T>;
+  if (const char* err = tw::allow_dynamic_smem<kKernel, kSmemBytes>()) return err;
+  const dim3 grid(static_cast<unsigned>(w.N / kCols), static_cast<unsigned>(splits));
+  return tw::launch_kernel(kKernel, grid, dim3(kThreads), kSmemBytes, p.stream, false, w, p);
+}
+
+const char* launch_gemv_mma(const PackedNMView& w, const Problem& p, int splits) {
+  return p.dtype == DType::kHalf ? launch_gemv_mma_typed<__half>(w, p, splits)
+                                 : launch_gemv_mma_typed<__nv_bfloat16>(w, p, splits);
+}
+
+}  // namespace nm
+}  // namespace sparseprune
