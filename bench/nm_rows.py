@@ -25,7 +25,14 @@ from bench.common import (
     write_results,
 )
 from bench.nm_bench import parse_pattern, random_nm_mask
-from sparseprune.export.formats.nm import auto_route, nm_matmul, pack_nm, route_unavailable, takes_tensor_core_gemv
+from sparseprune.export.formats.nm import (
+    TENSOR_CORE_GEMV_MIN_ROWS,
+    auto_route,
+    nm_matmul,
+    pack_nm,
+    route_unavailable,
+    takes_tensor_core_gemv,
+)
 
 COLUMNS = [
     ("pattern", "N:M"),
@@ -38,7 +45,6 @@ COLUMNS = [
     ("auto_x_dense", "auto ×dense"),
     ("rel_err", "worst rel err"),
 ]
-GEMV_MMA_MIN_ROWS = 5  # kGemvMmaMinM in kernels_ext/nm_gemm.cu
 
 
 def run(patterns: list[str], rows_list: list[int], k: int, n: int, seed: int) -> list[dict[str, Any]]:
@@ -54,7 +60,7 @@ def run(patterns: list[str], rows_list: list[int], k: int, n: int, seed: int) ->
             x = torch.randn(rows, k, generator=gen).half().cuda()
             ref = x.float() @ ref_b
             route = auto_route(x, packed)
-            tensor_cores = rows >= GEMV_MMA_MIN_ROWS and takes_tensor_core_gemv(packed)
+            tensor_cores = rows >= TENSOR_CORE_GEMV_MIN_ROWS and takes_tensor_core_gemv(packed)
             row: dict[str, Any] = {"pattern": pattern, "rows": rows, "route": route}
             row["simt_kernel"] = "tensor-core GEMV" if tensor_cores else "SpMV"
             row["dense_us"] = time_cuda(Rotation(lambda w, x=x: x @ w, b, b.nbytes, rows)).median_us
@@ -83,7 +89,8 @@ def main() -> None:
     rows = run(args.patterns, args.rows, 4096, 11008, args.seed)
     notes = [
         "fp16, K = 4096, N = 11008, element-wise N:M; medians of CUDA-graph replays, weights read from HBM; 'simt' "
-        f"runs the SpMV below {GEMV_MMA_MIN_ROWS} rows and its tensor-core GEMV from there where the packing allows; "
+        f"runs the SpMV below {TENSOR_CORE_GEMV_MIN_ROWS} rows and its tensor-core GEMV from there where the packing "
+        "allows; "
         "'sp24' is the sparse-tensor-core route (n/a where this build or device lacks it).",
     ]
     if args.out:

@@ -190,19 +190,7 @@ __global__ void __launch_bounds__(kThreads, gemv_min_blocks(MaxM, ElementWise)) 
     }
   }
   __syncthreads();
-  for (int t = tid; t < M * kGemvBN; t += kThreads) {
-    const int i = t / kGemvBN, c = t % kGemvBN;
-    const int64_t col = static_cast<int64_t>(blockIdx.x) * kGemvBN + c;
-    if (col >= w.N) continue;
-    float s = 0.0f;
-#pragma unroll
-    for (int wi = 0; wi < kWarps; ++wi) s += s_part[(wi * MaxM + i) * kGemvBN + c];
-    if (gridDim.y == 1) {
-      store_output<T>(p, i, col, s);
-    } else {
-      p.workspace[(static_cast<int64_t>(blockIdx.y) * p.M + i) * w.N + col] = s;
-    }
-  }
+  finish_column_block<T, kGemvBN, kWarps>(s_part, MaxM, static_cast<int64_t>(blockIdx.x) * kGemvBN, w, p);
 }
 
 // Sums the K splits' fp32 slices in split order, then bias and activation.

@@ -148,19 +148,7 @@ __global__ void __launch_bounds__(kThreads) nm_gemv_mma_kernel(PackedNMView w, P
       partial[(warp * kSmallM + g + (e >> 1) * 8) * kCols + 8 * j + 2 * t4 + (e & 1)] = acc[j][e];
     }
   __syncthreads();
-  for (int t = threadIdx.x; t < M * kCols; t += kThreads) {
-    const int row = t / kCols, c = t % kCols;
-    const int64_t col = n0 + c;
-    if (col >= w.N) continue;
-    float s = 0.0f;
-#pragma unroll
-    for (int i = 0; i < kWarps; ++i) s += partial[(i * kSmallM + row) * kCols + c];
-    if (gridDim.y == 1) {
-      store_output<T>(p, row, col, s);
-    } else {
-      p.workspace[(static_cast<int64_t>(blockIdx.y) * p.M + row) * w.N + col] = s;
-    }
-  }
+  finish_column_block<T, kCols, kWarps>(partial, kSmallM, n0, w, p);
 }
 
 }  // namespace

@@ -142,6 +142,20 @@ struct GemvShape {
   static_assert(kSlicePartialFloats<MaxM> <= kGemvStageFloats, "the partial sums reuse the staging");
 };
 
+// A CUDA-core GEMV thread's place in its CTA's slice: the first of the values rows it reads (slot, slot +
+// kRowSlots, ...) and the first packed value of its kCols columns.
+template <typename T, int MaxM>
+struct CudaCoreLane {
+  int slot;
+  const T* values;
+  __device__ __forceinline__ CudaCoreLane(const PackedTile& w, const SliceWork& work)
+      : slot(threadIdx.x / GemvShape<MaxM>::kLanesN) {
+    const int lane_n = threadIdx.x % GemvShape<MaxM>::kLanesN;  // kLanesN divides the warp
+    const int c0 = work.slice * kGemvSliceCols + lane_n * GemvShape<MaxM>::kCols;  // the first column in the tile
+    values = static_cast<const T*>(w.values) + static_cast<int64_t>(work.p0) * w.granularity + c0;
+  }
+};
+
 // The end of a CUDA-core GEMV CTA: its lanes' sums of the slice folded (the lanes with the same lane_n hold sums for
 // the same columns: the warp's row lanes first, then the warps, through the staging), its outputs finished and its
 // share of the pruned columns written.
@@ -203,23 +217,18 @@ __global__ void __launch_bounds__(kGemvThreads) tw_gemv_kernel(PackedTile w, Pro
   using Shape = GemvShape<MaxM>;
   using Vec = typename Shape::Vec;
   allow_dependent_launch();  // a finalize pass may follow
-  constexpr int kCols = Shape::kCols, kLanesN = Shape::kLanesN, kRowSlots = Shape::kRowSlots;
+  constexpr int kCols = Shape::kCols, kRowSlots = Shape::kRowSlots;
   constexpr int kUnroll = Shape::kUnroll;
   __shared__ __align__(16) float s_x[kGemvStageFloats];
   const SliceWork work(w, k_split);
   const int p0 = work.p0, kb = work.kb, ke = work.ke;
-  const int tid = threadIdx.x, lane = tid & 31;
-  const int lane_n = lane % kLanesN, slot = tid / kLanesN;
-  const int c0 = work.slice * kGemvSliceCols + lane_n * kCols;  // the lane's first column inside the tile
-
+  const int tid = threadIdx.x;
+  const CudaCoreLane<T, MaxM> me(w, work);
+  const int slot = me.slot;
+  const T* vals = me.values;
   const T* x = static_cast<const T*>(p.x);
-  const T* vals = static_cast<const T*>(w.values) + static_cast<int64_t>(p0) * w.granularity + c0;
   const int M = static_cast<int>(p.M);
-  float acc[MaxM][kCols];
-#pragma unroll
-  for (int m = 0; m < MaxM; ++m)
-#pragma unroll
-    for (int e = 0; e < kCols; ++e) acc[m][e] = 0.0f;
+  float acc[MaxM][kCols] = {};
 
   Vec v[kUnroll];
   auto load_batch = [&](int k, int k_end) {
@@ -289,15 +298,14 @@ __global__ void __launch_bounds__(kGemvThreads) tw_gemv_whole_x_kernel(PackedTil
   using Shape = GemvShape<MaxM>;
   using Vec = typename Shape::Vec;
   allow_dependent_launch();  // a finalize pass may follow
-  constexpr int kCols = Shape::kCols, kLanesN = Shape::kLanesN, kRowSlots = Shape::kRowSlots;
+  constexpr int kCols = Shape::kCols, kRowSlots = Shape::kRowSlots;
   constexpr int kUnroll = Shape::kUnroll;
   __shared__ __align__(16) float s_x[kGemvStageFloats];
   const SliceWork work(w, k_split);
   const int kb = work.kb, ke = work.ke;
   const int tid = threadIdx.x;
-  const int lane_n = (tid & 31) % kLanesN, slot = tid / kLanesN;
-  const int c0 = work.slice * kGemvSliceCols + lane_n * kCols;  // the lane's first column inside the tile
-  const T* vals = static_cast<const T*>(w.values) + static_cast<int64_t>(work.p0) * w.granularity + c0;
+  const CudaCoreLane<T, MaxM> me(w, work);
+  const T* vals = me.values;
   const int* rows = w.rows + work.p0;
 
   Vec v[kUnroll];
@@ -312,7 +320,7 @@ __global__ void __launch_bounds__(kGemvThreads) tw_gemv_whole_x_kernel(PackedTil
       }
     }
   };
-  int k = kb + slot;
+  int k = kb + me.slot;
   load_batch(k);
   SliceOutputs<T, MaxM> outputs(w, p, work);
   FinalizeCursor<T> fill = pruned_share<T>(w, p);
@@ -333,11 +341,7 @@ __global__ void __launch_bounds__(kGemvThreads) tw_gemv_whole_x_kernel(PackedTil
   if (tid == 0) s_x[K] = 0.0f;
   __syncthreads();
 
-  float acc[MaxM][kCols];
-#pragma unroll
-  for (int m = 0; m < MaxM; ++m)
-#pragma unroll
-    for (int e = 0; e < kCols; ++e) acc[m][e] = 0.0f;
+  float acc[MaxM][kCols] = {};
   for (; k < ke; k += kRowSlots * kUnroll) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
