@@ -213,8 +213,9 @@ at::Tensor tw_matmul(const at::Tensor& x, const at::Tensor& values, const at::Te
   return y;
 }
 
-// y = act(x @ B + bias) for the packed N:M weight B (K x N): x (M, K) row-major, values [K/m*kept, N], idx uint8
-// [K/m*kept, N/vector]. CUDA cores: a memory-bound SpMV for M <= 16, a shared-memory-tiled SpMM above.
+// y = act(x @ B + bias) for the packed N:M weight B (K x N): x (M, K) row-major; values and idx in the layout of
+// kernels_ext/nm_gemm.h (element-wise: flat column panels, 4- or 8-bit positions; vector-wise: [K/m*kept, N] and
+// uint8 [K/m*kept, N/vector]). CUDA cores: a memory-bound SpMV for M <= 16, a shared-memory-tiled SpMM above.
 at::Tensor nm_matmul(const at::Tensor& x, const at::Tensor& values, const at::Tensor& idx,
                      const std::optional<at::Tensor>& bias, int64_t K, int64_t N, int64_t m, int64_t kept,
                      int64_t vector, int64_t activation) {
@@ -229,16 +230,24 @@ at::Tensor nm_matmul(const at::Tensor& x, const at::Tensor& values, const at::Te
   TORCH_CHECK(vector >= 1 && N % vector == 0, "vector must divide N, got vector = ", num(vector), ", N = ", num(N));
   check_activation_code(activation);
   const int64_t rows = K / m * kept;
+  const int idx_bits = nm::index_bits(m, vector);
 
   check_cuda_tensor(values, "values", device);
   TORCH_CHECK(values.scalar_type() == dtype, "values are ", values.scalar_type(), " but x is ", dtype);
-  TORCH_CHECK(values.dim() == 2 && values.size(0) == rows && values.size(1) == N, "values must be (K/M*kept, N) = (",
-              num(rows), ", ", num(N), "), got ", shape(values.sizes()));
-  TORCH_CHECK(aligned16(values.data_ptr()), "values must be 16-byte aligned");
   check_cuda_tensor(idx, "idx", device);
   TORCH_CHECK(idx.scalar_type() == at::kByte, "idx must be uint8, got ", idx.scalar_type());
-  TORCH_CHECK(idx.dim() == 2 && idx.size(0) == rows && idx.size(1) == N / vector, "idx must be (K/M*kept, N/vector) = (",
-              num(rows), ", ", num(N / vector), "), got ", shape(idx.sizes()));
+  if (vector == 1) {
+    TORCH_CHECK(values.dim() == 1 && values.numel() == rows * N, "element-wise values must be flat with K/M*kept*N = ",
+                num(rows * N), " entries, got ", shape(values.sizes()));
+    TORCH_CHECK(idx.dim() == 1 && idx.numel() == rows * N * idx_bits / 8, "element-wise idx must be flat with ",
+                num(rows * N * idx_bits / 8), " bytes (", idx_bits, "-bit positions), got ", shape(idx.sizes()));
+  } else {
+    TORCH_CHECK(values.dim() == 2 && values.size(0) == rows && values.size(1) == N, "values must be (K/M*kept, N) = (",
+                num(rows), ", ", num(N), "), got ", shape(values.sizes()));
+    TORCH_CHECK(idx.dim() == 2 && idx.size(0) == rows && idx.size(1) == N / vector, "idx must be (K/M*kept, N/vector) = (",
+                num(rows), ", ", num(N / vector), "), got ", shape(idx.sizes()));
+  }
+  TORCH_CHECK(aligned16(values.data_ptr()), "values must be 16-byte aligned");
   TORCH_CHECK(reinterpret_cast<uintptr_t>(idx.data_ptr()) % 8 == 0, "idx must be 8-byte aligned");
   check_bias(bias, x, N);
 
@@ -252,9 +261,11 @@ at::Tensor nm_matmul(const at::Tensor& x, const at::Tensor& values, const at::Te
   w.idx = idx.data_ptr<uint8_t>();
   w.K = K;
   w.N = N;
+  w.rows = rows;
   w.m = static_cast<int>(m);
   w.kept = static_cast<int>(kept);
   w.vector = static_cast<int>(vector);
+  w.idx_bits = idx_bits;
 
   nm::Problem p{};
   p.x = x.data_ptr();

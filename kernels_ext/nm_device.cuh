@@ -7,6 +7,21 @@
 namespace sparseprune {
 namespace nm {
 
+// Offset of packed row `row`, column `col` among the values (and, scaled by idx_bits / 8, among the positions).
+__device__ __forceinline__ int64_t packed_offset(const PackedNMView& w, int64_t row, int64_t col) {
+  if (w.vector != 1) return row * w.N + col;
+  const int64_t first = col / kPanel * kPanel;
+  return first * w.rows + row * min(static_cast<int64_t>(kPanel), w.N - first) + (col - first);
+}
+
+// In-group position of packed row `row`, column `col`, masked into its group (a corrupt index stays inside it).
+__device__ __forceinline__ int position_at(const PackedNMView& w, int64_t row, int64_t col) {
+  if (w.vector != 1) return __ldg(w.idx + row * (w.N / w.vector) + col / w.vector) & (w.m - 1);
+  const int64_t at = packed_offset(w, row, col);
+  const int byte = __ldg(w.idx + (w.idx_bits == 4 ? at / 2 : at));
+  return (w.idx_bits == 4 ? byte >> (4 * (at & 1)) : byte) & (w.m - 1);
+}
+
 // y(row, col) = act(v + bias[col]), in the call's dtype.
 template <typename T>
 __device__ __forceinline__ void store_output(const Problem& p, int64_t row, int64_t col, float v) {

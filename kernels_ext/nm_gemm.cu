@@ -4,8 +4,9 @@
 // x is staged in shared memory as fp32, [row of x][k], so that window spans at most 32 consecutive words and the
 // reads are conflict-free for the common configurations (equal addresses broadcast).
 //
-// Small M (<= kSmallM, memory bound): a CTA owns 32 columns and a range of K groups; each lane streams 16-byte
-// value vectors (8 columns) and 8 in-group indices per row, so every kept weight is read once, coalesced. Few
+// Small M (<= kSmallM, memory bound): a CTA owns 32 columns (one panel of an element-wise packing, which it reads as
+// one contiguous block) and a range of K groups; each lane streams 16-byte value vectors (8 columns) and their 8
+// in-group positions per row, so every kept weight is read once, coalesced. Few
 // column blocks split K over CTAs that write fp32 slices, summed in order by a finalize pass (deterministic).
 // Large M: a CTA owns a 64 x 64 output tile; a thread owns one column and 16 rows, reads one weight and one index
 // per kept row and does 16 FMAs against the staged x tile (fp32 accumulation).
@@ -40,21 +41,51 @@ constexpr int kMmBM = 64, kMmBN = 64;
 constexpr int kMmRows = kMmBM / (kThreads / kMmBN);  // rows of x per thread
 constexpr int kMmChunkK = 128;                        // dense K staged per step (a multiple of every m)
 
+static_assert(kGemvBN == kPanel, "a SpMV CTA reads one panel of an element-wise packing");
 static_assert(kStageFloats % (16 * 32) == 0, "every staged chunk must hold whole groups of m <= 32");
 static_assert(kWarps * 16 * kGemvBN <= kStageFloats, "the SpMV reduction reuses the staging buffer");
 
-// The 8 in-group positions of columns n0..n0+7 in values row `row`, one byte each (unmasked). Element-wise
-// packings (vector 1) hold them as one 8-byte word; vector-wise ones repeat each list over `vector` columns.
-template <bool ElementWise>
-__device__ __forceinline__ uint2 load_positions(const PackedNMView& w, int64_t row, int64_t n0) {
-  if constexpr (ElementWise) return __ldg(reinterpret_cast<const uint2*>(w.idx + row * w.N + n0));
-  const uint8_t* r = w.idx + row * (w.N / w.vector);
-  uint32_t word[2] = {0u, 0u};
+// How a lane finds its 8 columns' in-group positions: 8 nibbles or 8 bytes of an element-wise packing, or a
+// vector-wise packing's bytes, one per `vector` columns.
+enum class Positions { kNibbles, kBytes, kVectorBytes };
+
+// Where a lane's 8 columns from n0 sit in packed row r: at base + r * stride among the values (and, for element-wise
+// packings, scaled by idx_bits / 8 among the positions). One panel's row for element-wise packings, a row of N
+// values for vector-wise ones.
+struct LaneColumns {
+  int64_t base;
+  int64_t stride;
+};
+
+__device__ __forceinline__ LaneColumns lane_columns(const PackedNMView& w, int64_t n0) {
+  const int64_t at0 = packed_offset(w, 0, n0);
+  return {at0, packed_offset(w, 1, n0) - at0};
+}
+
+// The 8 in-group positions of columns n0..n0+7 in packed row `row` (value offset `at`), unmasked: one 4-byte word
+// of nibbles (in .x) or one 8-byte word of bytes.
+template <Positions P>
+__device__ __forceinline__ uint2 load_positions(const PackedNMView& w, int64_t row, int64_t n0, int64_t at) {
+  if constexpr (P == Positions::kNibbles) {
+    return make_uint2(__ldg(reinterpret_cast<const uint32_t*>(w.idx + at / 2)), 0u);
+  } else if constexpr (P == Positions::kBytes) {
+    return __ldg(reinterpret_cast<const uint2*>(w.idx + at));
+  } else {
+    const uint8_t* r = w.idx + row * (w.N / w.vector);
+    uint32_t word[2] = {0u, 0u};
 #pragma unroll
-  for (int e = 0; e < kColsPerLane; ++e) {
-    word[e / 4] |= static_cast<uint32_t>(__ldg(r + (n0 + e) / w.vector)) << (8 * (e % 4));
+    for (int e = 0; e < kColsPerLane; ++e) {
+      word[e / 4] |= static_cast<uint32_t>(__ldg(r + (n0 + e) / w.vector)) << (8 * (e % 4));
+    }
+    return make_uint2(word[0], word[1]);
   }
-  return make_uint2(word[0], word[1]);
+}
+
+// Position e (0..7) of a word from load_positions, unmasked.
+template <Positions P>
+__device__ __forceinline__ int position_in(const uint2& word, int e) {
+  if constexpr (P == Positions::kNibbles) return (word.x >> (4 * e)) & 15;
+  return ((e < 4 ? word.x : word.y) >> (8 * (e % 4))) & 255;
 }
 
 // kUnroll values rows of one lane (16-byte value vectors and their 8 in-group positions), loaded together so
@@ -64,29 +95,44 @@ struct RowBatch {
   uint2 positions[kUnroll];
 };
 
-// Loads rows r, r + kRowSlots, ... (kUnroll of them, those below r_end) for the lane's 8 columns from n0.
-template <typename T, bool ElementWise>
-__device__ __forceinline__ void load_rows(RowBatch& batch, const PackedNMView& w, int64_t r, int64_t r_end,
-                                          int64_t n0) {
+// Loads packed rows row0 + l, row0 + l + kRowSlots, ... (kUnroll of them, those with l below `rows`) for the lane's
+// 8 columns from n0. Rows inside a chunk are counted from its first, row0, in 32 bits.
+template <typename T, Positions P>
+__device__ __forceinline__ void load_rows(RowBatch& batch, const PackedNMView& w, const LaneColumns& lc, int64_t row0,
+                                          int l, int rows, int64_t n0) {
   const T* vals = static_cast<const T*>(w.values);
+  const int64_t at0 = lc.base + row0 * lc.stride;
 #pragma unroll
   for (int u = 0; u < kUnroll; ++u) {
-    const int64_t row = r + u * kRowSlots;
+    const int lu = l + u * kRowSlots;
     batch.values[u] = make_uint4(0u, 0u, 0u, 0u);
     batch.positions[u] = make_uint2(0u, 0u);
-    if (row < r_end) {
-      batch.values[u] = __ldg(reinterpret_cast<const uint4*>(vals + row * w.N + n0));
-      batch.positions[u] = load_positions<ElementWise>(w, row, n0);
+    if (lu < rows) {
+      const int64_t at = at0 + static_cast<int64_t>(lu) * lc.stride;
+      batch.values[u] = __ldg(reinterpret_cast<const uint4*>(vals + at));
+      batch.positions[u] = load_positions<P>(w, row0 + lu, n0, at);
     }
   }
 }
+
+// n / d for a divisor d >= 1 by one high multiply: magic = ceil(2^32 / d) is exact while n * (magic * d - 2^32) <
+// 2^32, here n < kStageFloats. The division it replaces was 20 instructions per packed row.
+struct Divisor {
+  int d;
+  uint32_t magic;
+  __device__ explicit Divisor(int divisor) : d(divisor), magic(divisor > 1 ? 0xffffffffu / divisor + 1u : 0u) {}
+  __device__ __forceinline__ int operator()(int n) const {
+    return d > 1 ? static_cast<int>(__umulhi(static_cast<uint32_t>(n), magic)) : n;
+  }
+};
 
 // SpMV: CTA = (32 columns, range of groups). Warp lanes: 4 along N (8 columns each) x 8 consecutive values rows.
 // Each chunk's first rows are requested before x is staged, so the staging hides under their DRAM latency.
 // CTAs per SM the register budget must allow: at M = 1 the decode GEMV launches ~2.6 CTAs per SM on an H100, and
 // uncapped (94 registers) only 2 fit, so the last ones ran as a second wave. Three fit the element-wise kernel
 // without spills; the vector-wise one's position gathers need more registers.
-constexpr int gemv_min_blocks(int max_m, bool element_wise) {
+constexpr int gemv_min_blocks(int max_m, Positions positions) {
+  const bool element_wise = positions != Positions::kVectorBytes;
   return max_m <= 2 && element_wise ? 3 : (max_m <= 4 ? 2 : 1);
 }
 
@@ -115,14 +161,15 @@ __device__ __forceinline__ void stage_x_chunk(float* s_x, const T* x, int64_t ld
   }
 }
 
-template <typename T, int MaxM, bool ElementWise>
-__global__ void __launch_bounds__(kThreads, gemv_min_blocks(MaxM, ElementWise)) nm_gemv_kernel(PackedNMView w, Problem p, int64_t groups_per_split) {
+template <typename T, int MaxM, Positions P>
+__global__ void __launch_bounds__(kThreads, gemv_min_blocks(MaxM, P)) nm_gemv_kernel(PackedNMView w, Problem p, int64_t groups_per_split) {
   constexpr int kChunkK = kStageFloats / MaxM;
   __shared__ __align__(16) float s_x[kStageFloats];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int lane_n = lane % kLanesN, slot = warp * kRowsPerWarp + lane / kLanesN;
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kGemvBN + lane_n * kColsPerLane;
   const bool col_ok = n0 < w.N;  // N % 8 == 0: a lane's 8 columns are all in range or all out
+  const LaneColumns lc = lane_columns(w, col_ok ? n0 : 0);
   const int M = static_cast<int>(p.M), m = w.m, kept = w.kept;
   const int64_t groups = w.K / m;
   const int64_t g_begin = min(groups, static_cast<int64_t>(blockIdx.y) * groups_per_split);
@@ -136,29 +183,29 @@ __global__ void __launch_bounds__(kThreads, gemv_min_blocks(MaxM, ElementWise)) 
 #pragma unroll
     for (int e = 0; e < kColsPerLane; ++e) acc[i][e] = 0.0f;
 
+  const Divisor by_kept(kept);
   for (int64_t g0 = g_begin; g0 < g_end; g0 += chunk_groups) {
     const int64_t g1 = min(g_end, g0 + chunk_groups);
     const int len = static_cast<int>((g1 - g0) * m);
-    const int64_t k0 = g0 * m, r_end = g1 * kept;
-    int64_t r = g0 * kept + slot;
+    const int64_t k0 = g0 * m, row0 = g0 * kept;
+    const int rows = static_cast<int>((g1 - g0) * kept);
     RowBatch batch;
-    if (col_ok) load_rows<T, ElementWise>(batch, w, r, r_end, n0);
-    __syncthreads();  // the previous chunk is fully read
+    if (col_ok) load_rows<T, P>(batch, w, lc, row0, slot, rows, n0);
+    if (g0 != g_begin) __syncthreads();  // the previous chunk is fully read
     stage_x_chunk<T, kChunkK>(s_x, x, p.ldx, k0, M, len);
     __syncthreads();
     if (!col_ok) continue;
-    for (; r < r_end; r += kRowSlots * kUnroll) {
+    for (int l = slot; l < rows; l += kRowSlots * kUnroll) {
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
-        const int64_t row = r + u * kRowSlots;
-        if (row >= r_end) break;
-        const int base = static_cast<int>((row / kept - g0) * m);
+        const int lu = l + u * kRowSlots;
+        if (lu >= rows) break;
+        const int base = by_kept(lu) * m;
         const T* wv = reinterpret_cast<const T*>(&batch.values[u]);
-        const uint8_t* pb = reinterpret_cast<const uint8_t*>(&batch.positions[u]);
 #pragma unroll
         for (int e = 0; e < kColsPerLane; ++e) {
           const float we = to_float(wv[e]);
-          const float* xs = s_x + base + (pb[e] & (m - 1));  // the mask keeps a corrupt index inside its group
+          const float* xs = s_x + base + (position_in<P>(batch.positions[u], e) & (m - 1));  // a corrupt index stays in its group
 #pragma unroll
           for (int i = 0; i < MaxM; ++i) {
             if (i >= M) break;
@@ -166,7 +213,7 @@ __global__ void __launch_bounds__(kThreads, gemv_min_blocks(MaxM, ElementWise)) 
           }
         }
       }
-      if (r + kRowSlots * kUnroll < r_end) load_rows<T, ElementWise>(batch, w, r + kRowSlots * kUnroll, r_end, n0);
+      if (l + kRowSlots * kUnroll < rows) load_rows<T, P>(batch, w, lc, row0, l + kRowSlots * kUnroll, rows, n0);
     }
   }
 
@@ -214,7 +261,6 @@ __global__ void __launch_bounds__(kThreads) nm_spmm_kernel(PackedNMView w, Probl
   const int64_t m0 = static_cast<int64_t>(blockIdx.x) * kMmBM;
   const int64_t col = static_cast<int64_t>(blockIdx.y) * kMmBN + c;
   const bool col_ok = col < w.N;
-  const int64_t idx_stride = w.N / w.vector, idx_col = col_ok ? col / w.vector : 0;
   const int m = w.m, kept = w.kept;
   const T* x = static_cast<const T*>(p.x);
   const T* vals = static_cast<const T*>(w.values);
@@ -237,8 +283,8 @@ __global__ void __launch_bounds__(kThreads) nm_spmm_kernel(PackedNMView w, Probl
     const float* xs_rows = s_x + rg * kMmRows * kMmChunkK;
 #pragma unroll 4
     for (int64_t r = r_begin; r < r_end; ++r) {
-      const float wv = to_float(vals[r * w.N + col]);
-      const int pos = __ldg(w.idx + r * idx_stride + idx_col) & (m - 1);
+      const float wv = to_float(vals[packed_offset(w, r, col)]);
+      const int pos = position_at(w, r, col);
       const float* xs = xs_rows + static_cast<int>((r / kept) * m - k0) + pos;
 #pragma unroll
       for (int i = 0; i < kMmRows; ++i) acc[i] += xs[i * kMmChunkK] * wv;
@@ -277,10 +323,12 @@ const char* run_gemv(const PackedNMView& w, const Problem& p, int splits) {
     const int64_t groups = w.K / w.m;
     const int64_t groups_per_split = std::max<int64_t>(1, cdiv(groups, splits));
     const dim3 grid(static_cast<unsigned>(cdiv(w.N, kGemvBN)), static_cast<unsigned>(splits));
-    if (w.vector == 1) {
-      nm_gemv_kernel<T, MaxM, true><<<grid, kThreads, 0, p.stream>>>(w, p, groups_per_split);
+    if (w.vector != 1) {
+      nm_gemv_kernel<T, MaxM, Positions::kVectorBytes><<<grid, kThreads, 0, p.stream>>>(w, p, groups_per_split);
+    } else if (w.idx_bits == 4) {
+      nm_gemv_kernel<T, MaxM, Positions::kNibbles><<<grid, kThreads, 0, p.stream>>>(w, p, groups_per_split);
     } else {
-      nm_gemv_kernel<T, MaxM, false><<<grid, kThreads, 0, p.stream>>>(w, p, groups_per_split);
+      nm_gemv_kernel<T, MaxM, Positions::kBytes><<<grid, kThreads, 0, p.stream>>>(w, p, groups_per_split);
     }
     err = check_launch();
   }

@@ -14,16 +14,27 @@ namespace nm {
 using tw::Activation;
 using tw::DType;
 
-// Packed N:M weight B (K x N), see sparseprune/export/formats/nm.py. Row r of `values` (r < K/m*kept) belongs to
-// group r / kept; its entry for column n sits at K index (r / kept) * m + idx[r * (N / vector) + n / vector].
+// Packed N:M weight B (K x N), see sparseprune/export/formats/nm.py. Packed row r (r < rows = K/m*kept) belongs to
+// group r / kept; its entry for column n sits at K index (r / kept) * m + (its in-group position).
+// Element-wise packings (vector 1) store values and positions in column panels of kPanel columns, [panel][row]
+// [column] (the last panel narrower when N % kPanel != 0), so that a CTA owning one panel streams one contiguous
+// block; positions take 4 bits for m <= 16 (two columns per byte, the even column in the low nibble), else a byte.
+// Vector-wise packings keep values [rows, N] and positions uint8 [rows, N/vector], row-major.
+constexpr int kPanel = 32;
+
+// Bits per stored in-group position; must match index_bits in sparseprune/export/formats/nm.py.
+constexpr int index_bits(int64_t m, int64_t vector) { return vector == 1 && m <= 16 ? 4 : 8; }
+
 struct PackedNMView {
-  const void* values;  // [K/m*kept, N], row-major, 16-byte aligned
-  const uint8_t* idx;  // [K/m*kept, N/vector], position inside the group, < m
+  const void* values;  // as above, 16-byte aligned
+  const uint8_t* idx;  // in-group positions, < m, as above, 8-byte aligned
   int64_t K;
   int64_t N;
-  int m;       // group size, a power of two in [2, 32]
-  int kept;    // entries kept per group, in [1, m)
-  int vector;  // adjacent columns sharing one index list
+  int64_t rows;  // K / m * kept
+  int m;         // group size, a power of two in [2, 32]
+  int kept;      // entries kept per group, in [1, m)
+  int vector;    // adjacent columns sharing one position list
+  int idx_bits;  // 4 or 8 for element-wise packings, 8 for vector-wise ones
 };
 
 // One call: y = act(x @ B + bias), x (M x K) and y (M x N) row-major with row strides ldx and ldy.

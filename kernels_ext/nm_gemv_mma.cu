@@ -5,8 +5,8 @@
 // and runs m16n8k16 MMAs on it with up to 16 rows of x: the weight is still read once, compressed, and the
 // expanded zeros cost only tensor-core time, which these sizes have to spare.
 //
-// CTA = 32 columns x a range of K steps (its K split, blockIdx.y); warp w takes steps w, w + 8, ... Each step's
-// packed values (32 K rows x kept / m of them), their in-group positions and the step's 32 columns of x are copied
+// CTA = one 32-column panel x a range of K steps (its K split, blockIdx.y); warp w takes steps w, w + 8, ... Each
+// step's packed values (32 K rows x kept / m of them), their in-group positions and the step's 32 columns of x are copied
 // with 16-byte cp.async into the warp's ring of kStages stages, kStages - 1 steps ahead of the multiplies.
 #include "mma_sync.cuh"
 #include "nm_device.cuh"
@@ -32,15 +32,17 @@ constexpr int kMaxRows = 16;   // packed rows per step at most: kept / m <= 1/2
 constexpr int kStages = 3;  // six, at one CTA per SM, were 30% slower
 constexpr int kXBytes = kSmallM * kStepK * 2;      // [16 rows of x][32 k], 64-byte rows, swizzled
 constexpr int kValueBytes = kMaxRows * kCols * 2;  // [packed row][32 columns]
-constexpr int kIdxBytes = kMaxRows * kCols;        // [packed row][32 columns], one byte each
+constexpr int kIdxBytes = kMaxRows * kCols;        // [packed row][32 columns], a nibble or a byte each
 constexpr int kStageBytes = kXBytes + kValueBytes + kIdxBytes;
 constexpr int kTileBytes = kStepK * kCols * 2;     // the expanded block, [32 k][32 columns], swizzled
 constexpr int kWarpBytes = kStages * kStageBytes + kTileBytes;
 constexpr int kSmemBytes = kWarps * kWarpBytes;
+static_assert(kCols == kPanel, "a CTA's columns are one panel of the element-wise layout");
 static_assert(kWarps * kSmallM * kCols * 4 <= kSmemBytes, "the warps' partial sums reuse the stages");
 
-template <typename T>
+template <typename T, int IdxBits>
 __global__ void __launch_bounds__(kThreads) nm_gemv_mma_kernel(PackedNMView w, Problem p) {
+  constexpr int kIdxRowBytes = kCols * IdxBits / 8;
   extern __shared__ __align__(128) unsigned char smem[];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int m = w.m, kept = w.kept, rows_per_step = kStepK / m * kept;
@@ -57,10 +59,11 @@ __global__ void __launch_bounds__(kThreads) nm_gemv_mma_kernel(PackedNMView w, P
   const int M = static_cast<int>(p.M);
 
   // Copies: x chunks lane and lane + 32 (row chunk / 4, k chunk chunk % 4; zeros past M); value chunks likewise
-  // (packed row chunk / 4); in-group positions chunk lane (packed row lane / 2, half lane % 2). The sources of the
-  // warp's first step, advanced by a fixed stride per step.
+  // (packed row chunk / 4); the positions of a step are contiguous in the CTA's panel, 16 bytes per lane. The
+  // sources of the warp's first step, advanced by a fixed stride per step.
   const int first = s_begin + warp;
-  const int64_t step_values = static_cast<int64_t>(kWarps) * rows_per_step * w.N;  // elements between its steps
+  const int64_t panel = n0 * w.rows;  // N % kCols == 0: the CTA's columns are one whole panel
+  const int64_t step_values = static_cast<int64_t>(kWarps) * rows_per_step * kCols;  // elements between its steps
   const T* x_src[2];
   const T* value_src[2];
   uint32_t x_dst[2], value_dst[2];
@@ -73,11 +76,12 @@ __global__ void __launch_bounds__(kThreads) nm_gemv_mma_kernel(PackedNMView w, P
     x_src[h] = x + (row < M ? row * p.ldx : 0) + static_cast<int64_t>(first) * kStepK + c * 8;
     x_dst[h] = row * 64 + swizzle<4>(row, c) * 16;
     value_ok[h] = row < rows_per_step;
-    value_src[h] = vals + (static_cast<int64_t>(first) * rows_per_step + row) * w.N + n0 + c * 8;
+    value_src[h] = vals + panel + (static_cast<int64_t>(first) * rows_per_step + row) * kCols + c * 8;
     value_dst[h] = kXBytes + row * 64 + c * 16;
   }
-  const bool idx_ok = lane / 2 < rows_per_step;
-  const uint8_t* idx_src = w.idx + (static_cast<int64_t>(first) * rows_per_step + lane / 2) * w.N + n0 + (lane % 2) * 16;
+  const bool idx_ok = lane * 16 < rows_per_step * kIdxRowBytes;
+  const uint8_t* idx_src = w.idx + (panel + static_cast<int64_t>(first) * rows_per_step * kCols) * IdxBits / 8 + lane * 16;
+  const int64_t step_idx = step_values * IdxBits / 8;
   auto copy_step = [&](int i) {
     const uint32_t stage = ring + (i % kStages) * kStageBytes;
     if (i < steps) {
@@ -86,7 +90,7 @@ __global__ void __launch_bounds__(kThreads) nm_gemv_mma_kernel(PackedNMView w, P
         cp_async16_to(stage + x_dst[h], x_src[h] + static_cast<int64_t>(i) * kWarps * kStepK, x_bytes[h]);
         if (value_ok[h]) cp_async16_to(stage + value_dst[h], value_src[h] + i * step_values, 16);
       }
-      if (idx_ok) cp_async16_to(stage + kXBytes + kValueBytes + lane * 16, idx_src + i * step_values, 16);
+      if (idx_ok) cp_async16_to(stage + kXBytes + kValueBytes + lane * 16, idx_src + i * step_idx, 16);
     }
     cp_async_commit();  // empty past the warp's steps, so that every wait below counts kStages - 1 groups
   };
@@ -112,10 +116,11 @@ __global__ void __launch_bounds__(kThreads) nm_gemv_mma_kernel(PackedNMView w, P
     __syncwarp();
     const unsigned char* stage_ptr = smem + warp * kWarpBytes + (i % kStages) * kStageBytes;
     const uint16_t* packed_vals = reinterpret_cast<const uint16_t*>(stage_ptr + kXBytes) + lane;
-    const uint8_t* positions = stage_ptr + kXBytes + kValueBytes + lane;
+    const uint8_t* positions = stage_ptr + kXBytes + kValueBytes + lane * IdxBits / 8;
+    const int nibble_shift = IdxBits == 4 ? 4 * (lane & 1) : 0;
     for (int k0 = 0, r = 0; k0 < kStepK; k0 += m) {  // the step's groups, kept packed rows each
       for (int j = 0; j < kept; ++j, ++r) {
-        const int k = k0 + (positions[r * kCols] & (m - 1));  // the mask keeps a corrupt index inside its group
+        const int k = k0 + ((positions[r * kIdxRowBytes] >> nibble_shift) & (m - 1));  // a corrupt index stays in its group
         *reinterpret_cast<uint16_t*>(tile_ptr + k * 64 + ((col_chunk ^ ((k >> 1) & 3)) << 4) + col_bytes) =
             packed_vals[r * kCols];
       }
@@ -158,17 +163,21 @@ bool gemv_mma_supported(const PackedNMView& w, const Problem& p) {
   return w.vector == 1 && 2 * w.kept <= w.m && w.K % kStepK == 0 && w.N % kCols == 0 && x_rows16;
 }
 
-template <typename T>
+template <typename T, int IdxBits>
 const char* launch_gemv_mma_typed(const PackedNMView& w, const Problem& p, int splits) {
-  constexpr auto kKernel = nm_gemv_mma_kernel<T>;
+  constexpr auto kKernel = nm_gemv_mma_kernel<T, IdxBits>;
   if (const char* err = tw::allow_dynamic_smem<kKernel, kSmemBytes>()) return err;
   const dim3 grid(static_cast<unsigned>(w.N / kCols), static_cast<unsigned>(splits));
   return tw::launch_kernel(kKernel, grid, dim3(kThreads), kSmemBytes, p.stream, false, w, p);
 }
 
 const char* launch_gemv_mma(const PackedNMView& w, const Problem& p, int splits) {
-  return p.dtype == DType::kHalf ? launch_gemv_mma_typed<__half>(w, p, splits)
-                                 : launch_gemv_mma_typed<__nv_bfloat16>(w, p, splits);
+  if (w.idx_bits == 4) {
+    return p.dtype == DType::kHalf ? launch_gemv_mma_typed<__half, 4>(w, p, splits)
+                                   : launch_gemv_mma_typed<__nv_bfloat16, 4>(w, p, splits);
+  }
+  return p.dtype == DType::kHalf ? launch_gemv_mma_typed<__half, 8>(w, p, splits)
+                                 : launch_gemv_mma_typed<__nv_bfloat16, 8>(w, p, splits);
 }
 
 }  // namespace nm

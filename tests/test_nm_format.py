@@ -27,10 +27,42 @@ def test_hand_written_element_wise_layout() -> None:
     mask[[0, 2, 5, 7], 1] = True
     packed = pack_nm(b, mask, m=4)
     assert (packed.m, packed.kept, packed.vector) == (4, 2, 1)
+    assert packed.positions().tolist() == [[1, 0], [3, 2], [0, 1], [2, 3]]
+    assert packed.values_by_row().tolist() == [[3.0, 2.0], [7.0, 6.0], [9.0, 12.0], [13.0, 16.0]]
+    # One panel (N < 32), [row][column]; positions 1 0 | 3 2 | 0 1 | 2 3 as nibbles, the even column low.
+    assert packed.values.tolist() == [3.0, 2.0, 7.0, 6.0, 9.0, 12.0, 13.0, 16.0]
     assert packed.idx.dtype == torch.uint8
-    assert packed.idx.tolist() == [[1, 0], [3, 2], [0, 1], [2, 3]]
-    assert packed.values.tolist() == [[3.0, 2.0], [7.0, 6.0], [9.0, 12.0], [13.0, 16.0]]
+    assert packed.idx.tolist() == [0x01, 0x23, 0x10, 0x32]
     torch.testing.assert_close(packed.dense(), b * mask, rtol=0, atol=0)
+    assert torch.equal(packed.keep_mask(), mask)
+
+
+def test_hand_written_column_panels() -> None:
+    """N = 40: a panel of 32 columns, then one of 8; each holds its rows in turn."""
+    k, n = 8, 40
+    b = torch.arange(k * n, dtype=torch.float32).reshape(k, n)
+    cols = torch.arange(n)
+    mask = torch.zeros(k, n, dtype=torch.bool)
+    mask[cols % 4, cols] = True  # group 0 keeps K row c % 4 of column c
+    mask[4 + (cols + 1) % 4, cols] = True  # group 1 keeps K row 4 + (c + 1) % 4
+    packed = pack_nm(b, mask, m=4)
+    row0 = [float(b[c % 4, c]) for c in range(n)]
+    row1 = [float(b[4 + (c + 1) % 4, c]) for c in range(n)]
+    assert packed.values.tolist() == row0[:32] + row1[:32] + row0[32:] + row1[32:]
+    codes0, codes1 = [c % 4 for c in range(n)], [(c + 1) % 4 for c in range(n)]
+    codes = codes0[:32] + codes1[:32] + codes0[32:] + codes1[32:]
+    assert packed.idx.tolist() == [lo | hi << 4 for lo, hi in zip(codes[::2], codes[1::2], strict=True)]
+    torch.testing.assert_close(packed.dense(), b * mask, rtol=0, atol=0)
+
+
+def test_byte_positions_past_m_16() -> None:
+    """M = 32 needs 5 bits: one byte per position, in the same panels."""
+    gen = torch.Generator().manual_seed(4)
+    mask = random_nm_mask(64, 48, 3, 32, 1, gen)
+    packed = pack_nm(torch.randn(64, 48, generator=gen), mask, m=32)
+    assert packed.idx.shape == (2 * 3 * 48,)
+    assert packed.idx.max() >= 16
+    assert torch.equal(packed.idx[: 6 * 32].reshape(6, 32), packed.positions()[:, :32])
     assert torch.equal(packed.keep_mask(), mask)
 
 
@@ -56,20 +88,34 @@ def test_reference_matches_masked_dense(kept: int, m: int, vector: int, activati
     x = torch.randn(5, 3, k, generator=gen, dtype=torch.float64)
     bias = torch.randn(n, generator=gen, dtype=torch.float64)
     packed = pack_nm(b * mask, mask, m, vector)
-    assert packed.values.shape == (k // m * kept, n) and packed.idx.shape == (k // m * kept, n // vector)
+    assert packed.values_by_row().shape == (k // m * kept, n)
+    assert packed.positions().shape == (k // m * kept, n // vector)
     y = packed.matmul(x, bias, activation)
     assert y.shape == (5, 3, n)
     torch.testing.assert_close(y, dense_reference(x, b * mask, bias, activation), rtol=1e-10, atol=1e-10)
 
 
-def test_round_trip_through_tensors() -> None:
+@pytest.mark.parametrize("vector", [1, 8])
+def test_round_trip_through_tensors(vector: int) -> None:
     gen = torch.Generator().manual_seed(0)
-    mask = random_nm_mask(64, 32, 1, 4, 8, gen)
-    packed = pack_nm(torch.randn(64, 32, generator=gen), mask, 4, 8)
+    mask = random_nm_mask(64, 32, 1, 4, vector, gen)
+    packed = pack_nm(torch.randn(64, 32, generator=gen), mask, 4, vector)
     again = PackedNM.from_tensors(packed.tensors(), json.loads(json.dumps(packed.metadata())))
     assert torch.equal(again.dense(), packed.dense())
     half = packed.to("cpu", torch.float16)
     assert half.values.dtype == torch.float16 and half.idx.dtype == torch.uint8
+
+
+def test_loading_rejects_old_layout_and_bad_sizes() -> None:
+    mask = random_nm_mask(16, 32, 1, 4, 1, torch.Generator().manual_seed(6))
+    packed = pack_nm(torch.randn(16, 32), mask, 4)
+    row_major = {key: value for key, value in packed.metadata().items() if key != "layout"}
+    with pytest.raises(UserError, match="export the checkpoint again"):
+        PackedNM.from_tensors(packed.tensors(), row_major)
+    with pytest.raises(UserError, match="expected"):
+        PackedNM.from_tensors({"values": packed.values[:-8], "idx": packed.idx}, packed.metadata())
+    with pytest.raises(UserError, match="uint8"):
+        PackedNM.from_tensors({"values": packed.values, "idx": packed.idx.int()}, packed.metadata())
 
 
 def test_pack_rejects_bad_masks() -> None:

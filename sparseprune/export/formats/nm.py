@@ -1,8 +1,16 @@
 """Packed N:M layout (also serves balanced VW, which is N:M with M = V and a per-layer N), and its matmul.
 
 For B (K x N): every group of `m` consecutive K entries keeps `kept` entries per column block of `vector`
-columns. `values` [K/m * kept, N] holds the kept values group after group; `idx` uint8 [K/m * kept, N/vector]
-holds each kept value's position inside its group, shared by the `vector` columns of a block.
+columns. Packed row r (of K/m * kept) holds one kept value per column from group r // kept, and each value's
+position inside its group (shared by the `vector` columns of a block).
+
+Element-wise packings (vector 1) store both in column panels of PANEL columns, flat: panel after panel, each
+[row][column] (the last one narrower when N % PANEL != 0), so that a kernel owning a panel streams one contiguous
+block; the positions take 4 bits for M <= 16 (two columns per byte, the even column in the low nibble), else a byte.
+At one row of x these kernels are bound by the bytes they read: against row-major values and byte positions, 2:8
+on 4096 x 11008 went from 13.5 to 11.0 us on an H200 (bench/results/nm_h200_panels.md). Vector-wise packings keep
+`values` [K/m * kept, N] and `idx` uint8 [K/m * kept, N/vector], row-major. `values_by_row` and `positions` give
+either in the row-major form.
 
 `nm_matmul` picks one of four routes per call:
 - "simt": kernels_ext/nm_gemm.cu, any `vector`. M <= 16 runs a memory-bound SpMV that reads every kept weight once
@@ -50,6 +58,9 @@ log = logging.getLogger(__name__)
 KERNELS = ("auto", "simt", "tw", "sp24", "reference")
 KERNEL_MAX_M = 32  # largest group the kernels take; must match the binding's check in kernels_ext/bindings.cpp
 SMALL_M = 16  # rows of x up to which the SpMV runs; must match kSmallM in kernels_ext/nm_gemm.h
+PANEL = 32  # columns per panel of the element-wise layout; must match kPanel in kernels_ext/nm_gemm.h
+# Layout names in the metadata: files exported before the panels carry none and were row-major throughout.
+LAYOUTS = {True: "column-panels", False: "row-major"}
 TW_MIN_VECTOR = 16  # narrowest vector that goes to the tensor-core TW route
 SP24_MAX_KEPT = 2  # N:M with N up to this keeps at most 2 of any 4 consecutive K rows: one 2:4 pass, not two
 # Rows of x times N/M up to which the SpMV beats the sparse tensor cores on a pattern with N <= 2 other than 2:4 (H200,
@@ -72,8 +83,41 @@ _SP24_VIEWS: WeakIdKeyDictionary = WeakIdKeyDictionary()
 View = TypeVar("View")
 
 
+def index_bits(m: int, vector: int) -> int:
+    """Bits per stored in-group position; must match index_bits in kernels_ext/nm_gemm.h."""
+    return 4 if vector == 1 and m <= 16 else 8
+
+
+def to_panels(by_row: torch.Tensor) -> torch.Tensor:
+    """(rows, N) -> flat column panels of PANEL columns, each [row][column]."""
+    rows, n = by_row.shape
+    whole = n // PANEL * PANEL
+    head = by_row[:, :whole].reshape(rows, -1, PANEL).transpose(0, 1).reshape(-1)
+    return torch.cat([head, by_row[:, whole:].reshape(-1)])
+
+
+def from_panels(flat: torch.Tensor, rows: int, n: int) -> torch.Tensor:
+    """Inverse of to_panels."""
+    whole = n // PANEL * PANEL
+    head = flat[: rows * whole].reshape(-1, rows, PANEL).transpose(0, 1).reshape(rows, whole)
+    return torch.cat([head, flat[rows * whole :].reshape(rows, n - whole)], dim=1)
+
+
+def pack_nibbles(codes: torch.Tensor) -> torch.Tensor:
+    """Flat codes below 16, of even length -> one byte per pair, the first in the low nibble."""
+    pairs = codes.reshape(-1, 2)
+    return pairs[:, 0] | (pairs[:, 1] << 4)
+
+
+def unpack_nibbles(packed: torch.Tensor) -> torch.Tensor:
+    """Inverse of pack_nibbles."""
+    return torch.stack([packed & 15, packed >> 4], dim=1).reshape(-1)
+
+
 @dataclass
 class PackedNM(TensorBundleMixin):
+    """An N:M weight in the layout of the module docstring; `values` and `idx` are flat for element-wise ones."""
+
     format_name: ClassVar[str] = "nm"
     values: torch.Tensor
     idx: torch.Tensor
@@ -82,28 +126,68 @@ class PackedNM(TensorBundleMixin):
     kept: int
     vector: int
 
+    def __post_init__(self) -> None:
+        k, n = self.shape
+        if self.m < 1 or not 0 <= self.kept <= self.m or self.vector < 1 or k % self.m or n % self.vector:
+            raise UserError(f"N:M metadata is inconsistent: shape {self.shape}, {self.kept}:{self.m}, V={self.vector}")
+        rows = self.rows
+        if self.vector == 1:
+            values_shape, idx_shape = (rows * n,), (rows * n * index_bits(self.m, 1) // 8,)
+        else:
+            values_shape, idx_shape = (rows, n), (rows, n // self.vector)
+        if tuple(self.values.shape) != values_shape or tuple(self.idx.shape) != idx_shape:
+            raise UserError(
+                f"packed N:M tensors have values {tuple(self.values.shape)} and idx {tuple(self.idx.shape)}, expected "
+                f"{values_shape} and {idx_shape} for shape {self.shape}, {self.kept}:{self.m}, V={self.vector}"
+            )
+        if self.idx.dtype != torch.uint8:
+            raise UserError(f"packed N:M positions must be uint8, got {self.idx.dtype}")
+
+    @property
+    def rows(self) -> int:
+        """Packed rows: K / m * kept."""
+        return self.shape[0] // self.m * self.kept
+
     def tensors(self) -> dict[str, torch.Tensor]:
         return {"values": self.values, "idx": self.idx}
 
     def metadata(self) -> dict[str, Any]:
-        return {"shape": list(self.shape), "m": self.m, "kept": self.kept, "vector": self.vector}
+        return {
+            "shape": list(self.shape), "m": self.m, "kept": self.kept, "vector": self.vector,
+            "layout": LAYOUTS[self.vector == 1],
+        }  # fmt: skip
 
     @classmethod
     def from_tensors(cls, tensors: dict[str, torch.Tensor], metadata: dict[str, Any]) -> PackedNM:
-        return cls(
-            tensors["values"], tensors["idx"], tuple(metadata["shape"]), metadata["m"], metadata["kept"],
-            metadata["vector"],
-        )  # fmt: skip
+        vector = metadata["vector"]
+        layout, expected = metadata.get("layout", LAYOUTS[False]), LAYOUTS[vector == 1]
+        if layout != expected:
+            raise UserError(
+                f"this N:M weight was packed {layout}, but element-wise N:M is now stored {LAYOUTS[True]}: "
+                "export the checkpoint again with this version"
+            )
+        return cls(tensors["values"], tensors["idx"], tuple(metadata["shape"]), metadata["m"], metadata["kept"], vector)
+
+    def values_by_row(self) -> torch.Tensor:
+        """The kept values as (K/m * kept, N), row r from group r // kept."""
+        return from_panels(self.values, self.rows, self.shape[1]) if self.vector == 1 else self.values
+
+    def positions(self) -> torch.Tensor:
+        """In-group positions as uint8 (K/m * kept, N/vector)."""
+        if self.vector != 1:
+            return self.idx
+        codes = unpack_nibbles(self.idx) if index_bits(self.m, 1) == 4 else self.idx
+        return from_panels(codes, self.rows, self.shape[1])
 
     def row_indices(self) -> torch.Tensor:
         """Absolute K index of every stored value, (K/m * kept, N)."""
         groups = self.shape[0] // self.m
         base = (torch.arange(groups, device=self.idx.device) * self.m).repeat_interleave(self.kept)
-        return (base[:, None] + self.idx.long()).repeat_interleave(self.vector, dim=1)
+        return (base[:, None] + self.positions().long()).repeat_interleave(self.vector, dim=1)
 
     def dense(self) -> torch.Tensor:
         dense = torch.zeros(self.shape, dtype=self.values.dtype, device=self.values.device)
-        return dense.scatter_(0, self.row_indices(), self.values)
+        return dense.scatter_(0, self.row_indices(), self.values_by_row())
 
     def keep_mask(self) -> torch.Tensor:
         """Boolean (K, N): which entries of B the packing keeps (kept zeros included)."""
@@ -155,6 +239,10 @@ def pack_nm(weight_kn: torch.Tensor, keep: torch.Tensor, m: int, vector: int = 1
     order = torch.sort((~groups).to(torch.uint8), dim=1, stable=True).indices[:, :kept, :]  # (K/m, kept, N)
     values = torch.gather(weight_kn.reshape(k // m, m, n), 1, order).reshape(-1, n)
     idx = order[:, :, ::vector].reshape(-1, n // vector).to(torch.uint8)
+    if vector == 1:
+        values, idx = to_panels(values), to_panels(idx)
+        if index_bits(m, 1) == 4:
+            idx = pack_nibbles(idx)
     return PackedNM(values.contiguous(), idx.contiguous(), (k, n), m, kept, vector)
 
 
