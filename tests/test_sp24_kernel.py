@@ -148,7 +148,11 @@ def test_forced_route_explains_why_it_cannot_run() -> None:
         (2, 64, 2, 8, 1, "simt"),  # sparser patterns keep the SpMV while rows x N/M <= 0.5
         (3, 64, 2, 8, 1, "sp24"),  # then 2:8 is 2:4 by construction and takes the sparse tensor cores
         (4, 64, 1, 8, 1, "simt"),
-        (5, 64, 1, 8, 1, "sp24"),
+        (5, 64, 1, 8, 1, "simt"),  # from 5 rows the SpMV's tensor-core GEMV takes N/M <= 1/8
+        (16, 64, 1, 8, 1, "simt"),
+        (17, 64, 1, 8, 1, "sp24"),
+        (5, 48, 1, 8, 1, "sp24"),  # K = 48: no tensor-core GEMV
+        (8, 64, 1, 8, 2, "sp24"),  # vector-wise: none either
         (16, 64, 2, 8, 1, "sp24"),
         (16, 64, 2, 8, 16, "sp24"),  # V = 16 half-fills the TW tiles
         (16, 64, 2, 8, 32, "tw"),  # wider vectors take the TW small-M kernels, which skip all the pruned K

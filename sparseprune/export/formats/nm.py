@@ -29,7 +29,8 @@ either in the row-major form.
   compressed once by CUTLASS on the GPU (memoised per `values` tensor, like the TW repack), on an sm_90 device
   when the extension holds the CUTLASS kernel; K must be a multiple of 16. Chosen for 2:4 itself
   above one row of x; where the TW route cannot run (V < 16), for N <= 2 once rows x N/M passes
-  SPMV_MAX_ROW_DENSITY (the SpMV's time grows with both, the sparse tensor cores' hardly), and for N >= 3 from
+  SPMV_MAX_ROW_DENSITY (the SpMV's time grows with both, the sparse tensor cores' hardly) unless N/M <= 1/8 and
+  the SpMV's tensor-core GEMV takes the packing (up to SMALL_M rows), and for N >= 3 from
   SPLIT_SP24_MIN_ROWS rows, or past SMALL_M where the SpMV's tensor-core GEMV takes the packing.
 - "reference": one dense GEMM on the scattered weight; CPU, no extension, dtypes other than fp16/bf16, or a
   packing outside the kernels' range (M not a power of two in [2, 32], N = 0 or N = M, N columns not a multiple
@@ -74,6 +75,9 @@ SPMV_MAX_ROW_DENSITY = 0.5
 SPLIT_SP24_MIN_ROWS = 8
 TENSOR_CORE_GEMV_STEP = 32  # K and N multiple the tensor-core GEMV needs; must match kStepK and kCols there
 TENSOR_CORE_GEMV_MIN_ROWS = 5  # rows of x from which the SpMV hands over to it; must match kGemvMmaMinM
+# Largest N/M at which that GEMV beats the sparse tensor cores on an N <= 2 pattern (H200, 4096 x 11008, 5 to 16 rows:
+# 1:8 at 26.1-26.9 against 31.1-31.4 us; 2:8 at 31.9-32.4 against 31.1-31.5; bench/results/nm_h200_panels_rows.md).
+TENSOR_CORE_GEMV_OVER_SP24_MAX_DENSITY = 1 / 8
 
 # PackedTW twin of each vector-wise weight and CUTLASS-compressed form of each sp24 weight, keyed weakly by its values
 # tensor: export modules rebuild PackedNM on every forward from the same buffers, and a repack per call is far too
@@ -354,7 +358,10 @@ def auto_route(x: torch.Tensor, packed: PackedNM, rows: int | None = None) -> st
     if (packed.kept, packed.m) == (2, 4):
         routes: tuple[str, ...] = ("sp24", *tw_route) if rows > 1 else tw_route
     elif packed.kept <= SP24_MAX_KEPT:
-        routes = (*tw_route, "sp24") if rows * packed.kept / packed.m > SPMV_MAX_ROW_DENSITY else tw_route
+        spmv_slower = rows * packed.kept / packed.m > SPMV_MAX_ROW_DENSITY
+        gemv_faster = rows <= SMALL_M and packed.kept / packed.m <= TENSOR_CORE_GEMV_OVER_SP24_MAX_DENSITY
+        use_sp24 = spmv_slower and not (gemv_faster and takes_tensor_core_gemv(packed))
+        routes = (*tw_route, "sp24") if use_sp24 else tw_route
     else:
         min_rows = SMALL_M + 1 if takes_tensor_core_gemv(packed) else SPLIT_SP24_MIN_ROWS
         routes = (*tw_route, "sp24") if rows >= min_rows else tw_route
