@@ -1,0 +1,105 @@
+"""What element-wise N:M's SpMV time at one row of x is made of (GPU).
+
+Builds bench/nm_spmv_anatomy.cu with torch's extension loader: the SpMV reduced to its M = 1 core, and the same kernel
+with parts of its work left out (reading x, staging x, x altogether, everything but the weight's bytes). Each is timed
+beside the extension's SpMV, dense cuBLAS, and cuBLAS on a dense weight of the packed weight's bytes, every call
+reading its weight from HBM (bench.common.Rotation). The core is checked against fp32 like the SpMV; the variants
+compute other sums and are timed only. Run on a GPU with the extension built:
+    python -m bench.nm_spmv_anatomy --out bench/results/nm_h200_spmv_anatomy
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils.cpp_extension import load
+
+from bench.common import TOLERANCE, Rotation, markdown_table, relative_error, require_kernels, time_cuda, write_results
+from bench.nm_bench import parse_pattern, random_nm_mask
+from sparseprune.export.formats.nm import nm_matmul, pack_nm
+
+K = 4096
+# (key, code in nm_spmv_anatomy.cu's Part, what the variant keeps)
+PARTS = [
+    ("whole", 0, "x staged in shared memory as fp32 from L2 and read once per kept value (the SpMV's M = 1 core)"),
+    ("local_x", 1, "shared memory filled by each thread instead of staged from L2, read as in the core"),
+    ("staged_x_unused", 2, "x staged as in the core, each value multiplied by its position instead of its x"),
+    ("no_x", 3, "x neither staged nor read: each value multiplied by its position"),
+    ("bytes_only", 4, "values summed and positions XORed: the weight's bytes and little else"),
+]
+COLUMNS = [
+    ("pattern", "N:M"),
+    ("n", "N"),
+    ("packed_mb", "packed MB"),
+    ("dense_us", "dense µs"),
+    ("same_bytes_dense_us", "dense, same bytes µs"),
+    ("spmv_us", "SpMV µs"),
+    *[(f"{key}_us", f"{key} µs") for key, _, _ in PARTS],
+    ("rel_err", "worst rel err"),
+]
+
+
+def run(ext: Any, patterns: list[str], widths: list[int], seed: int) -> list[dict[str, Any]]:
+    gen = torch.Generator().manual_seed(seed)
+    results = []
+    for pattern in patterns:
+        kept, m = parse_pattern(pattern)
+        for n in widths:
+            b = (torch.randn(K, n, generator=gen) / math.sqrt(K)).half().cuda()
+            mask = random_nm_mask(K, n, kept, m, 1, gen).cuda()
+            packed = pack_nm(b, mask, m, 1)
+            x = torch.randn(1, K, generator=gen).half().cuda()
+            ref = x.float() @ (b * mask).float()
+            y = torch.empty(n, device="cuda", dtype=torch.float16)
+            same_bytes = torch.randn(K, packed.nbytes() // (2 * K), generator=gen).half().cuda()
+            row: dict[str, Any] = {"pattern": pattern, "n": n, "packed_mb": packed.nbytes() / 1e6}
+            row["dense_us"] = time_cuda(Rotation(lambda w, x=x: x @ w, b, b.nbytes, 1)).median_us
+            row["same_bytes_dense_us"] = time_cuda(
+                Rotation(lambda w, x=x: x @ w, same_bytes, same_bytes.nbytes, 1)
+            ).median_us
+            spmv = Rotation(lambda p, x=x: nm_matmul(x, p, kernel="simt"), packed, packed.nbytes(), 1)
+            row["spmv_us"] = time_cuda(spmv).median_us
+            for key, code, _ in PARTS:
+
+                def call(p: Any, code: int = code, x: torch.Tensor = x, y: torch.Tensor = y) -> None:
+                    ext.anatomy(code, p.values, p.idx, x[0], y, p.m, p.kept)
+
+                row[f"{key}_us"] = time_cuda(Rotation(call, packed, packed.nbytes(), 1)).median_us
+            ext.anatomy(PARTS[0][1], packed.values, packed.idx, x[0], y, m, kept)
+            row["rel_err"] = max(relative_error(y[None], ref), relative_error(nm_matmul(x, packed, kernel="simt"), ref))
+            results.append(row)
+            print(markdown_table([row], COLUMNS).splitlines()[-1], flush=True)
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--patterns", nargs="*", default=["2:8", "1:4"])
+    parser.add_argument("--widths", nargs="*", type=int, default=[11008, 5632], help="N; multiples of 32")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=None, help="results prefix: writes PREFIX.json and PREFIX.md")
+    args = parser.parse_args()
+    require_kernels("nm_spmv_anatomy")
+    ext = load(name="nm_spmv_anatomy", sources=[str(Path(__file__).with_suffix(".cu"))], extra_cuda_cflags=["-O3"])
+    rows = run(ext, args.patterns, args.widths, args.seed)
+    notes = [
+        f"fp16, K = {K}, one row of x, element-wise N:M in the 32-column panels with 4-bit positions; medians of "
+        "CUDA-graph replays, weights read from HBM. 'SpMV' is nm_matmul's CUDA-core route (kernels_ext/nm_gemm.cu); "
+        "'dense, same bytes' is cuBLAS on a dense K x N' weight with as many bytes as the packed one. The variants "
+        "of bench/nm_spmv_anatomy.cu:",
+        "",
+        *[f"- {key}: {what}." for key, _, what in PARTS],
+    ]
+    if args.out:
+        write_results(args.out, rows, COLUMNS, notes)
+    failed = [r for r in rows if r["rel_err"] > TOLERANCE[torch.float16]]
+    if failed:
+        raise SystemExit(f"{len(failed)} cases exceeded the error tolerance")
+
+
+if __name__ == "__main__":
+    main()
