@@ -76,7 +76,7 @@ SPLIT_SP24_MIN_ROWS = 8
 TENSOR_CORE_GEMV_STEP = 32  # K and N multiple the tensor-core GEMV needs; must match kStepK and kCols there
 TENSOR_CORE_GEMV_MIN_ROWS = 5  # rows of x from which the SpMV hands over to it; must match kGemvMmaMinM
 # Largest N/M at which that GEMV beats the sparse tensor cores on an N <= 2 pattern (H200, 4096 x 11008, 5 to 16 rows:
-# 1:8 at 26.1-26.9 against 31.1-31.4 us; 2:8 at 31.9-32.4 against 31.1-31.5; bench/results/nm_h200_panels_rows.md).
+# 1:8 at 26.1-26.9 against 30.8-31.4 us; 2:8 at 31.9-32.4 against 31.1-31.5; bench/results/nm_h200_panels_rows.md).
 TENSOR_CORE_GEMV_OVER_SP24_MAX_DENSITY = 1 / 8
 
 # PackedTW twin of each vector-wise weight and CUTLASS-compressed form of each sp24 weight, keyed weakly by its values
