@@ -55,6 +55,19 @@ def test_hand_written_column_panels() -> None:
     torch.testing.assert_close(packed.dense(), b * mask, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("n", [1, 3, 37])
+def test_odd_widths_round_trip(n: int) -> None:
+    """An odd count of 4-bit positions ends in a padding nibble; the reference still matches the masked weight."""
+    gen = torch.Generator().manual_seed(n)
+    mask = random_nm_mask(8, n, 1, 4, 1, gen)
+    b = torch.randn(8, n, generator=gen, dtype=torch.float64) * mask
+    packed = pack_nm(b, mask, m=4)
+    assert packed.idx.numel() == (2 * n + 1) // 2
+    assert torch.equal(packed.keep_mask(), mask)
+    x = torch.randn(3, 8, generator=gen, dtype=torch.float64)
+    torch.testing.assert_close(packed.matmul(x), x @ b, rtol=1e-12, atol=1e-12)
+
+
 def test_byte_positions_past_m_16() -> None:
     """M = 32 needs 5 bits: one byte per position, in the same panels."""
     gen = torch.Generator().manual_seed(4)

@@ -108,14 +108,14 @@ def from_panels(flat: torch.Tensor, rows: int, n: int) -> torch.Tensor:
 
 
 def pack_nibbles(codes: torch.Tensor) -> torch.Tensor:
-    """Flat codes below 16, of even length -> one byte per pair, the first in the low nibble."""
-    pairs = codes.reshape(-1, 2)
+    """Flat codes below 16 -> one byte per pair, the first in the low nibble (an odd count is padded with a 0)."""
+    pairs = torch.cat([codes, codes.new_zeros(codes.numel() % 2)]).reshape(-1, 2)
     return pairs[:, 0] | (pairs[:, 1] << 4)
 
 
-def unpack_nibbles(packed: torch.Tensor) -> torch.Tensor:
-    """Inverse of pack_nibbles."""
-    return torch.stack([packed & 15, packed >> 4], dim=1).reshape(-1)
+def unpack_nibbles(packed: torch.Tensor, count: int) -> torch.Tensor:
+    """The first `count` codes of pack_nibbles' bytes."""
+    return torch.stack([packed & 15, packed >> 4], dim=1).reshape(-1)[:count]
 
 
 @dataclass
@@ -136,7 +136,7 @@ class PackedNM(TensorBundleMixin):
             raise UserError(f"N:M metadata is inconsistent: shape {self.shape}, {self.kept}:{self.m}, V={self.vector}")
         rows = self.rows
         if self.vector == 1:
-            values_shape, idx_shape = (rows * n,), (rows * n * index_bits(self.m, 1) // 8,)
+            values_shape, idx_shape = (rows * n,), ((rows * n * index_bits(self.m, 1) + 7) // 8,)
         else:
             values_shape, idx_shape = (rows, n), (rows, n // self.vector)
         if tuple(self.values.shape) != values_shape or tuple(self.idx.shape) != idx_shape:
@@ -180,7 +180,7 @@ class PackedNM(TensorBundleMixin):
         """In-group positions as uint8 (K/m * kept, N/vector)."""
         if self.vector != 1:
             return self.idx
-        codes = unpack_nibbles(self.idx) if index_bits(self.m, 1) == 4 else self.idx
+        codes = unpack_nibbles(self.idx, self.rows * self.shape[1]) if index_bits(self.m, 1) == 4 else self.idx
         return from_panels(codes, self.rows, self.shape[1])
 
     def row_indices(self) -> torch.Tensor:
