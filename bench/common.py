@@ -272,6 +272,13 @@ def case_generator(seed: int, *case: object) -> torch.Generator:
     return torch.Generator().manual_seed(zlib.crc32(key.encode()))
 
 
+def exit_if_any_failed(rows: Sequence[dict[str, Any]], what: str = "cases") -> None:
+    """Ends the run with an error when a row failed its check against the fp32 reference (row["passed"])."""
+    failed = [r for r in rows if not r["passed"]]
+    if failed:
+        raise SystemExit(f"{len(failed)} {what} exceeded the error tolerance")
+
+
 def require_kernels(bench: str) -> None:
     if not torch.cuda.is_available() or load_kernels() is None:
         raise SystemExit(f"{bench} needs a CUDA GPU and the built sparseprune._kernels extension")

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from bench.common import markdown_table, relative_error, require_kernels, time_cuda, write_results
+from bench.common import exit_if_any_failed, markdown_table, relative_error, require_kernels, time_cuda, write_results
 from sparseprune.export.packing import pack_layer
 from sparseprune.export.swap import sparsify
 from sparseprune.gemm_view import find_prunable, from_gemm, to_gemm
@@ -128,9 +128,7 @@ def main() -> None:
             if args.out:
                 write_results(args.out, rows, COLUMNS, [LEGEND])
     print(markdown_table(rows, COLUMNS))
-    failed = [r for r in rows if not r["passed"]]
-    if failed:
-        raise SystemExit(f"{len(failed)} models exceeded the error tolerance")
+    exit_if_any_failed(rows, "models")
 
 
 if __name__ == "__main__":

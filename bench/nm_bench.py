@@ -23,6 +23,7 @@ from bench.common import (
     add_semi24,
     bench_parser,
     case_notes,
+    exit_if_any_failed,
     markdown_table,
     relative_error,
     require_kernels,
@@ -228,9 +229,7 @@ def main() -> None:
         if args.out:  # after every shape, so a run cut short still leaves its finished cases
             write_results(args.out, rows, columns, case_notes(rows, args.dtype, LEGEND))
     print(markdown_table(rows, columns))  # the table is the bench's output
-    failed = [r for r in rows if not r["passed"]]
-    if failed:
-        raise SystemExit(f"{len(failed)} cases exceeded the error tolerance")
+    exit_if_any_failed(rows)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from bench.common import (
     bench_parser,
     case_generator,
     case_notes,
+    exit_if_any_failed,
     markdown_table,
     relative_error,
     require_kernels,
@@ -312,11 +313,9 @@ def main() -> None:
                     log.info("  kernels fm: %s\n  kernels row-major: %s", row["profile_fm"], row["profile_row_major"])
         if args.out:  # after every shape, so a run cut short still leaves its finished cases
             write_results(args.out, rows, columns, case_notes(rows, args.dtype, legend(args.epilogue)))
-    failed = [r for r in rows if not r["passed"]]
     short = [c for c in columns if c[0] in SHORT_COLUMNS] if not args.check_only else columns
     print(markdown_table(rows, short))  # the table is the bench's output
-    if failed:
-        raise SystemExit(f"{len(failed)} cases exceeded the error tolerance")
+    exit_if_any_failed(rows)
 
 
 if __name__ == "__main__":

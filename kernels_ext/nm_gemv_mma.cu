@@ -62,7 +62,7 @@ __global__ void __launch_bounds__(kThreads) nm_gemv_mma_kernel(PackedNMView w, P
   // (packed row chunk / 4); the positions of a step are contiguous in the CTA's panel, 16 bytes per lane. The
   // sources of the warp's first step, advanced by a fixed stride per step.
   const int first = s_begin + warp;
-  const int64_t panel = n0 * w.rows;  // N % kCols == 0: the CTA's columns are one whole panel
+  const int64_t panel = packed_offset(w, 0, n0);  // N % kCols == 0: the CTA's columns are one whole panel
   const int64_t step_values = static_cast<int64_t>(kWarps) * rows_per_step * kCols;  // elements between its steps
   const T* x_src[2];
   const T* value_src[2];

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
-from bench.common import COLD_WEIGHTS_MAX_M, Rotation
+from bench.common import COLD_WEIGHTS_MAX_M, Rotation, exit_if_any_failed
 
 
 def test_rotation_cycles_copies_that_fill_twice_the_l2() -> None:
@@ -41,3 +42,9 @@ def test_rotation_sharing_reuses_the_copies_under_another_op() -> None:
     rotation()
     assert [other() for _ in range(3)] == [("second", 1), ("second", 2), ("second", 1)]
     assert rotation() == ("first", 2)
+
+
+def test_exit_if_any_failed_names_the_failures() -> None:
+    exit_if_any_failed([{"passed": True}, {"passed": True}])
+    with pytest.raises(SystemExit, match="1 models exceeded the error tolerance"):
+        exit_if_any_failed([{"passed": True}, {"passed": False}], "models")
