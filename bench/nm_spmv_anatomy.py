@@ -1,10 +1,11 @@
 """What element-wise N:M's SpMV time at one row of x is made of (GPU).
 
-Builds bench/nm_spmv_anatomy.cu with torch's extension loader: the SpMV reduced to its M = 1 core, and the same kernel
-with parts of its work left out (reading x, staging x, x altogether, everything but the weight's bytes). Each is timed
+Builds bench/nm_spmv_anatomy.cu with torch's extension loader: the SpMV reduced to its M = 1 core, the same kernel
+with parts of its work left out (reading x, staging x, x altogether, everything but the weight's bytes), and trial
+designs of its parts (multicast staging of x over a cluster, byte-permute decoding, two panels per CTA). Each is timed
 beside the extension's SpMV, dense cuBLAS, and cuBLAS on a dense weight of the packed weight's bytes, every call
-reading its weight from HBM (bench.common.Rotation). The core is checked against fp32 like the SpMV; the variants
-compute other sums and are timed only. Run on a GPU with the extension built:
+reading its weight from HBM (bench.common.Rotation). The core and the trial designs are checked against fp32 like the
+SpMV; the variants that leave work out compute other sums and are timed only. Run on a GPU with the extension built:
     python -m bench.nm_spmv_anatomy --out bench/results/nm_h200_spmv_anatomy
 """
 
@@ -32,13 +33,34 @@ from bench.nm_bench import parse_pattern, random_nm_mask
 from sparseprune.export.formats.nm import nm_matmul, pack_nm
 
 K = 4096
-# (key, code in nm_spmv_anatomy.cu's Part, what the variant keeps)
+# (key, index in nm_spmv_anatomy.cu's kVariants, what the variant does, whether it computes x @ B)
 PARTS = [
-    ("whole", 0, "x staged in shared memory as fp32 from L2 and read once per kept value (the SpMV's M = 1 core)"),
-    ("local_x", 1, "shared memory filled by each thread instead of staged from L2, read as in the core"),
-    ("staged_x_unused", 2, "x staged as in the core, each value multiplied by its position instead of its x"),
-    ("no_x", 3, "x neither staged nor read: each value multiplied by its position"),
-    ("bytes_only", 4, "values summed and positions XORed: the weight's bytes and little else"),
+    (
+        "whole",
+        0,
+        "x staged in shared memory as fp32 from L2 and read once per kept value (the SpMV's M = 1 core)",
+        True,
+    ),
+    ("local_x", 1, "shared memory filled by each thread instead of staged from L2, read as in the core", False),
+    ("staged_x_unused", 2, "x staged as in the core, each value multiplied by its position instead of its x", False),
+    ("no_x", 3, "x neither staged nor read: each value multiplied by its position", False),
+    ("bytes_only", 4, "values summed and positions XORed: the weight's bytes and little else", False),
+    (
+        "byte_perm",
+        5,
+        "the core with a row's positions turned into x's byte offsets by two masks and a byte permute per column",
+        True,
+    ),
+    (
+        "multicast2",
+        6,
+        "the core with x staged by clusters of 2 CTAs, each bulk-copying half of x to both (multicast)",
+        True,
+    ),
+    ("multicast4", 7, "as multicast2 with clusters of 4", True),
+    ("multicast4_byte_perm", 8, "multicast4 and byte_perm together", True),
+    ("two_panels", 9, "the core with two panels per CTA in turn, x staged once", True),
+    ("multicast2_byte_perm", 10, "multicast2 and byte_perm together", True),
 ]
 COLUMNS = [
     ("pattern", "N:M"),
@@ -47,7 +69,7 @@ COLUMNS = [
     ("dense_us", "dense µs"),
     ("same_bytes_dense_us", "dense, same bytes µs"),
     ("spmv_us", "SpMV µs"),
-    *[(f"{key}_us", f"{key} µs") for key, _, _ in PARTS],
+    *[(f"{key}_us", f"{key} µs") for key, *_ in PARTS],
     ("rel_err", "worst rel err"),
 ]
 
@@ -72,14 +94,18 @@ def run(ext: Any, patterns: list[str], widths: list[int], seed: int) -> list[dic
             ).median_us
             spmv = Rotation(lambda p, x=x: nm_matmul(x, p, kernel="simt"), packed, packed.nbytes(), 1)
             row["spmv_us"] = time_cuda(spmv).median_us
-            for key, code, _ in PARTS:
+            errors = [relative_error(nm_matmul(x, packed, kernel="simt"), ref)]
+            for key, code, _, computes in PARTS:
 
                 def call(p: Any, code: int = code, x: torch.Tensor = x, y: torch.Tensor = y) -> None:
                     ext.anatomy(code, p.values, p.idx, x[0], y, p.m, p.kept)
 
                 row[f"{key}_us"] = time_cuda(Rotation(call, packed, packed.nbytes(), 1)).median_us
-            ext.anatomy(PARTS[0][1], packed.values, packed.idx, x[0], y, m, kept)
-            row["rel_err"] = max(relative_error(y[None], ref), relative_error(nm_matmul(x, packed, kernel="simt"), ref))
+                if computes:
+                    y.fill_(float("nan"))
+                    call(packed)
+                    errors.append(relative_error(y[None], ref))
+            row["rel_err"] = max(errors)
             row["passed"] = row["rel_err"] <= TOLERANCE[torch.float16]
             results.append(row)
             print(markdown_table([row], COLUMNS).splitlines()[-1], flush=True)
@@ -89,12 +115,18 @@ def run(ext: Any, patterns: list[str], widths: list[int], seed: int) -> list[dic
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--patterns", nargs="*", default=["2:8", "1:4"])
-    parser.add_argument("--widths", nargs="*", type=int, default=[11008, 5632], help="N; multiples of 32")
+    parser.add_argument("--widths", nargs="*", type=int, default=[11008, 5632], help="N; multiples of 128")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=None, help="results prefix: writes PREFIX.json and PREFIX.md")
     args = parser.parse_args()
     require_kernels("nm_spmv_anatomy")
-    ext = load(name="nm_spmv_anatomy", sources=[str(Path(__file__).with_suffix(".cu"))], extra_cuda_cflags=["-O3"])
+    source = Path(__file__).with_suffix(".cu")
+    ext = load(
+        name="nm_spmv_anatomy",
+        sources=[str(source)],
+        extra_include_paths=[str(source.parent.parent / "kernels_ext")],
+        extra_cuda_cflags=["-O3", "-gencode=arch=compute_90a,code=sm_90a"],
+    )
     rows = run(ext, args.patterns, args.widths, args.seed)
     notes = [
         f"fp16, K = {K}, one row of x, element-wise N:M in the 32-column panels with 4-bit positions; medians of "
@@ -102,7 +134,7 @@ def main() -> None:
         "'dense, same bytes' is cuBLAS on a dense K x N' weight with as many bytes as the packed one. The variants "
         "of bench/nm_spmv_anatomy.cu:",
         "",
-        *[f"- {key}: {what}." for key, _, what in PARTS],
+        *[f"- {key}: {what}." for key, _, what, _ in PARTS],
     ]
     if args.out:
         write_results(args.out, rows, COLUMNS, notes)
