@@ -143,12 +143,13 @@ struct Divisor {
 
 // SpMV: CTA = (32 columns, range of groups). Warp lanes: 4 along N (8 columns each) x 8 consecutive values rows.
 // Each chunk's first rows are requested before x is staged, so the staging hides under their DRAM latency.
-// CTAs per SM the register budget must allow: at M = 1 the decode GEMV launches ~2.6 CTAs per SM on an H100, and
-// uncapped (94 registers) only 2 fit, so the last ones ran as a second wave. Three fit the element-wise kernel
-// without spills; the vector-wise one's position gathers need more registers.
+// CTAs per SM the register budget must allow: the decode GEMV launches ~2.6 CTAs per SM (344 panels on 132 SMs),
+// and with only 2 fitting the last ones ran as a second wave (M = 1 uncapped, 94 registers; M = 3 and 4, where two
+// waves took 2.3 times the time of M = 2). Three fit the element-wise kernel up to 4 rows of x (without spills for
+// 4-bit positions); the vector-wise one's position gathers need more registers.
 constexpr int gemv_min_blocks(int max_m, Positions positions) {
-  const bool element_wise = positions != Positions::kVectorBytes;
-  return max_m <= 2 && element_wise ? 3 : (max_m <= 4 ? 2 : 1);
+  if (max_m > 4) return 1;
+  return positions != Positions::kVectorBytes ? 3 : 2;
 }
 
 // Stages x[row][k0, k0 + len) as fp32 into s_x[row][0, len) for rows < M, as 16-byte loads where x allows: its

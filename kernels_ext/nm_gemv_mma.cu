@@ -32,17 +32,24 @@ constexpr int kMaxRows = 16;   // packed rows per step at most: kept / m <= 1/2
 constexpr int kStages = 3;  // six, at one CTA per SM, were 30% slower
 constexpr int kXBytes = kSmallM * kStepK * 2;      // [16 rows of x][32 k], 64-byte rows, swizzled
 constexpr int kValueBytes = kMaxRows * kCols * 2;  // [packed row][32 columns]
-constexpr int kIdxBytes = kMaxRows * kCols;        // [packed row][32 columns], a nibble or a byte each
-constexpr int kStageBytes = kXBytes + kValueBytes + kIdxBytes;
 constexpr int kTileBytes = kStepK * kCols * 2;     // the expanded block, [32 k][32 columns], swizzled
-constexpr int kWarpBytes = kStages * kStageBytes + kTileBytes;
-constexpr int kSmemBytes = kWarps * kWarpBytes;
+// Shared memory by position width: a stage holds [packed row][32 columns] positions of IdxBits each. With 4-bit
+// positions three CTAs fit an SM (70 KB each), so the decode weight's 344 panels run in one wave on an H200 (132
+// SMs); sized for bytes (76 KB) only two fit, and the last 80 panels ran as a second wave.
+template <int IdxBits>
+struct Smem {
+  static constexpr int kIdxBytes = kMaxRows * kCols * IdxBits / 8;
+  static constexpr int kStageBytes = kXBytes + kValueBytes + kIdxBytes;
+  static constexpr int kWarpBytes = kStages * kStageBytes + kTileBytes;
+  static constexpr int kBytes = kWarps * kWarpBytes;
+  static_assert(kWarps * kSmallM * kCols * 4 <= kBytes, "the warps' partial sums reuse the stages");
+};
 static_assert(kCols == kPanel, "a CTA's columns are one panel of the element-wise layout");
-static_assert(kWarps * kSmallM * kCols * 4 <= kSmemBytes, "the warps' partial sums reuse the stages");
 
 template <typename T, int IdxBits>
-__global__ void __launch_bounds__(kThreads) nm_gemv_mma_kernel(PackedNMView w, Problem p) {
+__device__ __forceinline__ void gemv_mma(const PackedNMView& w, const Problem& p) {
   constexpr int kIdxRowBytes = kCols * IdxBits / 8;
+  constexpr int kStageBytes = Smem<IdxBits>::kStageBytes, kWarpBytes = Smem<IdxBits>::kWarpBytes;
   extern __shared__ __align__(128) unsigned char smem[];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int m = w.m, kept = w.kept, rows_per_step = kStepK / m * kept;
@@ -156,6 +163,17 @@ __global__ void __launch_bounds__(kThreads) nm_gemv_mma_kernel(PackedNMView w, P
   finish_column_block<T, kCols, kWarps>(partial, kSmallM, n0, w, p);
 }
 
+// Registers capped for the three CTAs per SM that fit with 4-bit positions; capped so with byte positions, whose
+// stages leave room for two, the kernel ran 6% slower (8:32, 4096 x 11008).
+template <typename T>
+__global__ void __launch_bounds__(kThreads, 3) nm_gemv_mma_nibbles(PackedNMView w, Problem p) {
+  gemv_mma<T, 4>(w, p);
+}
+template <typename T>
+__global__ void __launch_bounds__(kThreads) nm_gemv_mma_bytes(PackedNMView w, Problem p) {
+  gemv_mma<T, 8>(w, p);
+}
+
 }  // namespace
 
 bool gemv_mma_supported(const PackedNMView& w, const Problem& p) {
@@ -165,7 +183,8 @@ bool gemv_mma_supported(const PackedNMView& w, const Problem& p) {
 
 template <typename T, int IdxBits>
 const char* launch_gemv_mma_typed(const PackedNMView& w, const Problem& p, int splits) {
-  constexpr auto kKernel = nm_gemv_mma_kernel<T, IdxBits>;
+  constexpr auto kKernel = IdxBits == 4 ? nm_gemv_mma_nibbles<T> : nm_gemv_mma_bytes<T>;
+  constexpr int kSmemBytes = Smem<IdxBits>::kBytes;
   if (const char* err = tw::allow_dynamic_smem<kKernel, kSmemBytes>()) return err;
   const dim3 grid(static_cast<unsigned>(w.N / kCols), static_cast<unsigned>(splits));
   return tw::launch_kernel(kKernel, grid, dim3(kThreads), kSmemBytes, p.stream, false, w, p);

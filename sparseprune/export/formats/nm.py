@@ -28,9 +28,9 @@ either in the row-major form.
   K is short beside N as one GEMM over K twice ([x, x] @ [main; rest]). The weight is
   compressed once by CUTLASS on the GPU (memoised per `values` tensor, like the TW repack), on an sm_90 device
   when the extension holds the CUTLASS kernel; K must be a multiple of 16. Chosen for 2:4 itself
-  above one row of x; where the TW route cannot run (V < 16), for N <= 2 once rows x N/M passes
-  SPMV_MAX_ROW_DENSITY (the SpMV's time grows with both, the sparse tensor cores' hardly) unless N/M <= 1/8 and
-  the SpMV's tensor-core GEMV takes the packing (up to SMALL_M rows), and for N >= 3 from
+  above one row of x; where the TW route cannot run (V < 16), for N <= 2 past SPMV_MAX_ROWS element-wise or once
+  rows x N/M passes SPMV_MAX_ROW_DENSITY vector-wise (the SpMV's time grows with both, the sparse tensor cores'
+  hardly) unless N/M <= 1/8 and the SpMV's tensor-core GEMV takes the packing (up to SMALL_M rows), and for N >= 3 from
   SPLIT_SP24_MIN_ROWS rows, or past SMALL_M where the SpMV's tensor-core GEMV takes the packing.
 - "reference": one dense GEMM on the scattered weight; CPU, no extension, dtypes other than fp16/bf16, or a
   packing outside the kernels' range (M not a power of two in [2, 32], N = 0 or N = M, N columns not a multiple
@@ -64,9 +64,13 @@ PANEL = 32  # columns per panel of the element-wise layout; must match kPanel in
 LAYOUTS = {True: "column-panels", False: "row-major"}
 TW_MIN_VECTOR = 16  # narrowest vector that goes to the tensor-core TW route
 SP24_MAX_KEPT = 2  # N:M with N up to this keeps at most 2 of any 4 consecutive K rows: one 2:4 pass, not two
-# Rows of x times N/M up to which the SpMV beats the sparse tensor cores on a pattern with N <= 2 other than 2:4 (H200,
-# 4096 x 11008: 2:8 and 1:4 at 2 rows 1.44x against 0.84x dense, at 3 rows 0.74x against 0.88x; 1:8 at 4 rows 0.86x
-# against 0.87x; bench/results/nm_h200_sparser_on_sp24.md).
+# Rows of x up to which the element-wise SpMV beats the sparse tensor cores on a pattern with N <= 2 other than 2:4:
+# all it runs itself, below TENSOR_CORE_GEMV_MIN_ROWS (H200, 4096 x 11008, 4 rows: 2:8 and 1:4 at 19.7-20.2 us,
+# 1:8 at 15.6-15.9, against 31-32 on sp24 in earlier runs; bench/results/nm_h200_rows_three_ctas.md).
+SPMV_MAX_ROWS = 4
+# Rows of x times N/M up to which a vector-wise SpMV (V < 16) does (H200, 4096 x 11008, element-wise before it fitted
+# three CTAs per SM at 3 and 4 rows: 2:8 and 1:4 at 2 rows 1.44x against 0.84x dense, at 3 rows 0.74x against 0.88x;
+# bench/results/nm_h200_sparser_on_sp24.md).
 SPMV_MAX_ROW_DENSITY = 0.5
 # Rows of x from which the two 2:4 parts of an N >= 3 pattern beat the SpMV (H200, 4096 x 11008: 0.43-0.44x dense at
 # any row count; the SpMV 0.66-0.89x at 4 rows, 0.25-0.37x at 8; bench/results/nm_h200_two_pass.md). A packing the
@@ -358,7 +362,8 @@ def auto_route(x: torch.Tensor, packed: PackedNM, rows: int | None = None) -> st
     if (packed.kept, packed.m) == (2, 4):
         routes: tuple[str, ...] = ("sp24", *tw_route) if rows > 1 else tw_route
     elif packed.kept <= SP24_MAX_KEPT:
-        spmv_slower = rows * packed.kept / packed.m > SPMV_MAX_ROW_DENSITY
+        spmv_rows = SPMV_MAX_ROWS if packed.vector == 1 else SPMV_MAX_ROW_DENSITY * packed.m / packed.kept
+        spmv_slower = rows > spmv_rows
         gemv_faster = rows <= SMALL_M and packed.kept / packed.m <= TENSOR_CORE_GEMV_OVER_SP24_MAX_DENSITY
         use_sp24 = spmv_slower and not (gemv_faster and takes_tensor_core_gemv(packed))
         routes = (*tw_route, "sp24") if use_sp24 else tw_route
