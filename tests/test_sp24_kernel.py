@@ -145,17 +145,19 @@ def test_forced_route_explains_why_it_cannot_run() -> None:
         (17, 64, 2, 4, 1, "sp24"),
         (16, 64, 2, 4, 1, "sp24"),  # past one row the sparse tensor cores beat the SpMV
         (1, 64, 2, 4, 1, "simt"),  # a single row keeps the memory-bound SpMV
-        (4, 64, 2, 8, 1, "simt"),  # sparser patterns keep the SpMV up to 4 rows
-        (5, 64, 2, 8, 1, "sp24"),  # then 2:8 is 2:4 by construction and takes the sparse tensor cores
+        (4, 64, 1, 4, 1, "simt"),  # sparser patterns keep the SpMV up to 4 rows
+        (5, 64, 1, 4, 1, "sp24"),  # then 1:4 is 2:4 by construction and takes the sparse tensor cores
+        (5, 64, 2, 8, 1, "simt"),  # from 5 rows the SpMV's tensor-core GEMV takes N <= 2 with M >= 8
         (2, 64, 2, 8, 2, "simt"),  # vector-wise, while rows x N/M <= 0.5
         (3, 64, 2, 8, 2, "sp24"),
         (4, 64, 1, 8, 1, "simt"),
-        (5, 64, 1, 8, 1, "simt"),  # from 5 rows the SpMV's tensor-core GEMV takes N/M <= 1/8
+        (5, 64, 1, 8, 1, "simt"),
         (16, 64, 1, 8, 1, "simt"),
         (17, 64, 1, 8, 1, "sp24"),
         (5, 48, 1, 8, 1, "sp24"),  # K = 48: no tensor-core GEMV
         (8, 64, 1, 8, 2, "sp24"),  # vector-wise: none either
-        (16, 64, 2, 8, 1, "sp24"),
+        (16, 64, 2, 8, 1, "simt"),
+        (17, 64, 2, 8, 1, "sp24"),
         (16, 64, 2, 8, 16, "sp24"),  # V = 16 half-fills the TW tiles
         (16, 64, 2, 8, 32, "tw"),  # wider vectors take the TW small-M kernels, which skip all the pruned K
         (1, 64, 2, 8, 128, "tw"),

@@ -30,7 +30,7 @@ either in the row-major form.
   when the extension holds the CUTLASS kernel; K must be a multiple of 16. Chosen for 2:4 itself
   above one row of x; where the TW route cannot run (V < 16), for N <= 2 past SPMV_MAX_ROWS element-wise or once
   rows x N/M passes SPMV_MAX_ROW_DENSITY vector-wise (the SpMV's time grows with both, the sparse tensor cores'
-  hardly) unless N/M <= 1/8 and the SpMV's tensor-core GEMV takes the packing (up to SMALL_M rows), and for N >= 3 from
+  hardly) unless M >= 8 and the SpMV's tensor-core GEMV takes the packing (up to SMALL_M rows), and for N >= 3 from
   SPLIT_SP24_MIN_ROWS rows, or past SMALL_M where the SpMV's tensor-core GEMV takes the packing.
 - "reference": one dense GEMM on the scattered weight; CPU, no extension, dtypes other than fp16/bf16, or a
   packing outside the kernels' range (M not a power of two in [2, 32], N = 0 or N = M, N columns not a multiple
@@ -65,8 +65,8 @@ LAYOUTS = {True: "column-panels", False: "row-major"}
 TW_MIN_VECTOR = 16  # narrowest vector that goes to the tensor-core TW route
 SP24_MAX_KEPT = 2  # N:M with N up to this keeps at most 2 of any 4 consecutive K rows: one 2:4 pass, not two
 # Rows of x up to which the element-wise SpMV beats the sparse tensor cores on a pattern with N <= 2 other than 2:4:
-# all it runs itself, below TENSOR_CORE_GEMV_MIN_ROWS (H200, 4096 x 11008, 4 rows: 2:8 and 1:4 at 19.7-20.2 us,
-# 1:8 at 15.6-15.9, against 31-32 on sp24 in earlier runs; bench/results/nm_h200_rows_three_ctas.md).
+# all it runs itself, below TENSOR_CORE_GEMV_MIN_ROWS (H200, 4096 x 11008, 3 and 4 rows, one run: 2:8 and 1:4 at
+# 19.0-20.2 us, 1:8 at 13.9-15.5, against 31.4-32.1 on sp24; bench/results/nm_h200_rows_three_ctas.md).
 SPMV_MAX_ROWS = 4
 # Rows of x times N/M up to which a vector-wise SpMV (V < 16) does (H200, 4096 x 11008, element-wise before it fitted
 # three CTAs per SM at 3 and 4 rows: 2:8 and 1:4 at 2 rows 1.44x against 0.84x dense, at 3 rows 0.74x against 0.88x;
@@ -79,9 +79,10 @@ SPMV_MAX_ROW_DENSITY = 0.5
 SPLIT_SP24_MIN_ROWS = 8
 TENSOR_CORE_GEMV_STEP = 32  # K and N multiple the tensor-core GEMV needs; must match kStepK and kCols there
 TENSOR_CORE_GEMV_MIN_ROWS = 5  # rows of x from which the SpMV hands over to it; must match kGemvMmaMinM
-# Largest N/M at which that GEMV beats the sparse tensor cores on an N <= 2 pattern (H200, 4096 x 11008, 5 to 16 rows:
-# 1:8 at 26.1-26.9 against 30.8-31.4 us; 2:8 at 31.9-32.4 against 31.1-31.5; bench/results/nm_h200_panels_rows.md).
-TENSOR_CORE_GEMV_OVER_SP24_MAX_DENSITY = 1 / 8
+# Smallest group M at which that GEMV beats the sparse tensor cores on an N <= 2 pattern: its time follows the packed
+# bytes, less the groups' count (H200, 4096 x 11008, 5 to 16 rows, one run: 1:8 at 25.4-26.0 us and 2:8 at 29.8-30.3
+# against 30.3-31.8 and 31.1-31.2, 1:4 at 36.9-37.7 against 30.8-31.2; bench/results/nm_h200_rows_three_ctas.md).
+TENSOR_CORE_GEMV_OVER_SP24_MIN_M = 8
 
 # PackedTW twin of each vector-wise weight and CUTLASS-compressed form of each sp24 weight, keyed weakly by its values
 # tensor: export modules rebuild PackedNM on every forward from the same buffers, and a repack per call is far too
@@ -364,7 +365,7 @@ def auto_route(x: torch.Tensor, packed: PackedNM, rows: int | None = None) -> st
     elif packed.kept <= SP24_MAX_KEPT:
         spmv_rows = SPMV_MAX_ROWS if packed.vector == 1 else SPMV_MAX_ROW_DENSITY * packed.m / packed.kept
         spmv_slower = rows > spmv_rows
-        gemv_faster = rows <= SMALL_M and packed.kept / packed.m <= TENSOR_CORE_GEMV_OVER_SP24_MAX_DENSITY
+        gemv_faster = rows <= SMALL_M and packed.m >= TENSOR_CORE_GEMV_OVER_SP24_MIN_M
         use_sp24 = spmv_slower and not (gemv_faster and takes_tensor_core_gemv(packed))
         routes = (*tw_route, "sp24") if use_sp24 else tw_route
     else:
