@@ -23,9 +23,9 @@ constexpr int kMaxK = 4096;
 // kBytesOnly: values summed and positions XORed: the weight's bytes and little else.
 enum Part { kWhole, kLocalX, kStagedXUnused, kNoX, kBytesOnly };
 
-// A variant: the work it keeps, and the trial designs it takes. byte_perm: a row's 8 positions become x's byte
-// offsets in two masked words and each column's offset one byte permute, instead of a shift, mask, add and scale
-// each. cluster > 1: x reaches the cluster's CTAs by one bulk copy per CTA of a 1/cluster slice, multicast to
+// A variant: the work it keeps, and the designs it takes. byte_perm: a row's 8 positions become x's byte offsets in
+// two masked words and each column's offset one byte permute (the SpMV's decoding), instead of a shift, mask, add and
+// scale each. cluster > 1: x reaches the cluster's CTAs by one bulk copy per CTA of a 1/cluster slice, multicast to
 // all, instead of every CTA reading all of x from L2. panels: panels a CTA takes in turn, staging x once.
 struct Variant {
   Part part;
@@ -34,9 +34,9 @@ struct Variant {
   int panels;
 };
 constexpr Variant kVariants[] = {
-    {kWhole, false, 1, 1},      {kLocalX, false, 1, 1},    {kStagedXUnused, false, 1, 1}, {kNoX, false, 1, 1},
-    {kBytesOnly, false, 1, 1},  {kWhole, true, 1, 1},      {kWhole, false, 2, 1},         {kWhole, false, 4, 1},
-    {kWhole, true, 4, 1},       {kWhole, false, 1, 2},     {kWhole, true, 2, 1},
+    {kWhole, true, 1, 1},       {kLocalX, true, 1, 1}, {kStagedXUnused, false, 1, 1}, {kNoX, false, 1, 1},
+    {kBytesOnly, false, 1, 1},  {kWhole, false, 1, 1}, {kWhole, true, 2, 1},          {kWhole, true, 4, 1},
+    {kWhole, true, 1, 2},
 };
 constexpr int kVariantCount = sizeof(kVariants) / sizeof(kVariants[0]);
 

@@ -2,10 +2,11 @@
 
 Builds bench/nm_spmv_anatomy.cu with torch's extension loader: the SpMV reduced to its M = 1 core, the same kernel
 with parts of its work left out (reading x, staging x, x altogether, everything but the weight's bytes), and trial
-designs of its parts (multicast staging of x over a cluster, byte-permute decoding, two panels per CTA). Each is timed
-beside the extension's SpMV, dense cuBLAS, and cuBLAS on a dense weight of the packed weight's bytes, every call
-reading its weight from HBM (bench.common.Rotation). The core and the trial designs are checked against fp32 like the
-SpMV; the variants that leave work out compute other sums and are timed only. Run on a GPU with the extension built:
+designs of its parts (multicast staging of x over a cluster, the older shift-and-mask decoding, two panels per CTA).
+Each is timed beside the extension's SpMV, dense cuBLAS, and cuBLAS on a dense weight of the packed weight's bytes,
+every call reading its weight from HBM (bench.common.Rotation). The core and the trial designs are checked against
+fp32 like the SpMV; the variants that leave work out compute other sums and are timed only. Run on a GPU with the
+extension built:
     python -m bench.nm_spmv_anatomy --out bench/results/nm_h200_spmv_anatomy
 """
 
@@ -45,22 +46,10 @@ PARTS = [
     ("staged_x_unused", 2, "x staged as in the core, each value multiplied by its position instead of its x", False),
     ("no_x", 3, "x neither staged nor read: each value multiplied by its position", False),
     ("bytes_only", 4, "values summed and positions XORed: the weight's bytes and little else", False),
-    (
-        "byte_perm",
-        5,
-        "the core with a row's positions turned into x's byte offsets by two masks and a byte permute per column",
-        True,
-    ),
-    (
-        "multicast2",
-        6,
-        "the core with x staged by clusters of 2 CTAs, each bulk-copying half of x to both (multicast)",
-        True,
-    ),
+    ("shift_decode", 5, "the core with each column's position decoded by a shift, a mask, an add and a scale", True),
+    ("multicast2", 6, "the core with x staged by clusters of 2 CTAs, each bulk-copying half of x to both", True),
     ("multicast4", 7, "as multicast2 with clusters of 4", True),
-    ("multicast4_byte_perm", 8, "multicast4 and byte_perm together", True),
-    ("two_panels", 9, "the core with two panels per CTA in turn, x staged once", True),
-    ("multicast2_byte_perm", 10, "multicast2 and byte_perm together", True),
+    ("two_panels", 8, "the core with two panels per CTA in turn, x staged once", True),
 ]
 COLUMNS = [
     ("pattern", "N:M"),
