@@ -130,17 +130,6 @@ __device__ __forceinline__ void load_rows(RowBatch& batch, const PackedNMView& w
   }
 }
 
-// n / d for a divisor d >= 1 by one high multiply: magic = ceil(2^32 / d) is exact while n * (magic * d - 2^32) <
-// 2^32, here n < kStageFloats. The division it replaces was 20 instructions per packed row.
-struct Divisor {
-  int d;
-  uint32_t magic;
-  __device__ explicit Divisor(int divisor) : d(divisor), magic(divisor > 1 ? 0xffffffffu / divisor + 1u : 0u) {}
-  __device__ __forceinline__ int operator()(int n) const {
-    return d > 1 ? static_cast<int>(__umulhi(static_cast<uint32_t>(n), magic)) : n;
-  }
-};
-
 // SpMV: CTA = (32 columns, range of groups). Warp lanes: 4 along N (8 columns each) x 8 consecutive values rows.
 // Each chunk's first rows are requested before x is staged, so the staging hides under their DRAM latency.
 // CTAs per SM the register budget must allow: the decode GEMV launches ~2.6 CTAs per SM (344 panels on 132 SMs),

@@ -32,10 +32,13 @@ constexpr int kMaxRows = 16;   // packed rows per step at most: kept / m <= 1/2
 constexpr int kStages = 3;  // six, at one CTA per SM, were 30% slower
 constexpr int kXBytes = kSmallM * kStepK * 2;      // [16 rows of x][32 k], 64-byte rows, swizzled
 constexpr int kValueBytes = kMaxRows * kCols * 2;  // [packed row][32 columns]
-constexpr int kTileBytes = kStepK * kCols * 2;     // the expanded block, [32 k][32 columns], swizzled
+// The expanded block, [32 k][32 columns], rows 80 bytes apart: the eight 16-byte rows an ldmatrix reads start in
+// eight different bank quads, and a value's address is one multiply-add from its K row (no swizzle to compute).
+constexpr int kTileStride = kCols * 2 + 16;
+constexpr int kTileBytes = kStepK * kTileStride;
 // Shared memory by position width: a stage holds [packed row][32 columns] positions of IdxBits each. With 4-bit
-// positions three CTAs fit an SM (70 KB each), so the decode weight's 344 panels run in one wave on an H200 (132
-// SMs); sized for bytes (76 KB) only two fit, and the last 80 panels ran as a second wave.
+// positions three CTAs fit an SM (74 KB each), so the decode weight's 344 panels run in one wave on an H200 (132
+// SMs); sized for bytes (80 KB) only two fit, and the last 80 panels ran as a second wave.
 template <int IdxBits>
 struct Smem {
   static constexpr int kIdxBytes = kMaxRows * kCols * IdxBits / 8;
@@ -89,17 +92,25 @@ __device__ __forceinline__ void gemv_mma(const PackedNMView& w, const Problem& p
   const bool idx_ok = lane * 16 < rows_per_step * kIdxRowBytes;
   const uint8_t* idx_src = w.idx + (panel + static_cast<int64_t>(first) * rows_per_step * kCols) * IdxBits / 8 + lane * 16;
   const int64_t step_idx = step_values * IdxBits / 8;
-  auto copy_step = [&](int i) {
-    const uint32_t stage = ring + (i % kStages) * kStageBytes;
-    if (i < steps) {
+  // Issues the copies of the warp's next step into the next stage of the ring (steps are copied in order), then moves
+  // the sources on by a step: running pointers and stage, where indexing by step cost 50 instructions a step.
+  int copied = 0, copy_stage = 0;
+  auto copy_next_step = [&]() {
+    const uint32_t stage = ring + copy_stage * kStageBytes;
+    if (copied < steps) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        cp_async16_to(stage + x_dst[h], x_src[h] + static_cast<int64_t>(i) * kWarps * kStepK, x_bytes[h]);
-        if (value_ok[h]) cp_async16_to(stage + value_dst[h], value_src[h] + i * step_values, 16);
+        cp_async16_to(stage + x_dst[h], x_src[h], x_bytes[h]);
+        if (value_ok[h]) cp_async16_to(stage + value_dst[h], value_src[h], 16);
+        x_src[h] += kWarps * kStepK;
+        value_src[h] += step_values;
       }
-      if (idx_ok) cp_async16_to(stage + kXBytes + kValueBytes + lane * 16, idx_src + i * step_idx, 16);
+      if (idx_ok) cp_async16_to(stage + kXBytes + kValueBytes + lane * 16, idx_src, 16);
+      idx_src += step_idx;
     }
     cp_async_commit();  // empty past the warp's steps, so that every wait below counts kStages - 1 groups
+    ++copied;
+    copy_stage = copy_stage == kStages - 1 ? 0 : copy_stage + 1;
   };
 
   // ldmatrix sources: A (x) rows a_row, k chunk 2h + a_chunk; B (expanded block) k rows 16h + b_row, column chunk
@@ -107,33 +118,33 @@ __device__ __forceinline__ void gemv_mma(const PackedNMView& w, const Problem& p
   const int li = lane & 7, q = lane >> 3;
   const int a_row = li + (q & 1) * 8, a_chunk = q >> 1;
   const int b_row = li + (q & 1) * 8, b_chunk = q >> 1;
-  const int col_chunk = lane / 8, col_bytes = (lane % 8) * 2;  // the lane's column in the expanded block
+  unsigned char* column = tile_ptr + lane * 2;  // the lane's column in the expanded block
+  const int nibble_shift = IdxBits == 4 ? 4 * (lane & 1) : 0;
+  const Divisor by_kept(kept);
   float acc[4][4] = {};
 #pragma unroll
-  for (int i = 0; i < kStages - 1; ++i) copy_step(i);
-  for (int i = 0; i < steps; ++i) {
+  for (int i = 0; i < kStages - 1; ++i) copy_next_step();
+  for (int i = 0, read_stage = 0; i < steps; ++i, read_stage = read_stage == kStages - 1 ? 0 : read_stage + 1) {
     cp_async_wait<kStages - 2>();  // step i's copies are done
     __syncwarp();
-    const uint32_t stage = ring + (i % kStages) * kStageBytes;
+    const uint32_t stage = ring + read_stage * kStageBytes;
     // Expand: lane = column; zeros first, then each packed row's value at its K row.
 #pragma unroll
     for (int z = 0; z < kTileBytes / 16 / 32; ++z) {
       *reinterpret_cast<uint4*>(tile_ptr + (z * 32 + lane) * 16) = make_uint4(0u, 0u, 0u, 0u);
     }
     __syncwarp();
-    const unsigned char* stage_ptr = smem + warp * kWarpBytes + (i % kStages) * kStageBytes;
+    const unsigned char* stage_ptr = smem + warp * kWarpBytes + read_stage * kStageBytes;
     const uint16_t* packed_vals = reinterpret_cast<const uint16_t*>(stage_ptr + kXBytes) + lane;
     const uint8_t* positions = stage_ptr + kXBytes + kValueBytes + lane * IdxBits / 8;
-    const int nibble_shift = IdxBits == 4 ? 4 * (lane & 1) : 0;
-    for (int k0 = 0, r = 0; k0 < kStepK; k0 += m) {  // the step's groups, kept packed rows each
-      for (int j = 0; j < kept; ++j, ++r) {
-        const int k = k0 + ((positions[r * kIdxRowBytes] >> nibble_shift) & (m - 1));  // a corrupt index stays in its group
-        *reinterpret_cast<uint16_t*>(tile_ptr + k * 64 + ((col_chunk ^ ((k >> 1) & 3)) << 4) + col_bytes) =
-            packed_vals[r * kCols];
-      }
+#pragma unroll
+    for (int r = 0; r < kMaxRows; ++r) {
+      if (r >= rows_per_step) break;
+      const int k = by_kept(r) * m + ((positions[r * kIdxRowBytes] >> nibble_shift) & (m - 1));  // stays in its group
+      *reinterpret_cast<uint16_t*>(column + k * kTileStride) = packed_vals[r * kCols];
     }
     __syncwarp();
-    copy_step(i + kStages - 1);  // into the stage read one step ago
+    copy_next_step();  // step i + kStages - 1, into the stage read one step ago
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       uint32_t a[4], b[2][4];
@@ -141,7 +152,7 @@ __device__ __forceinline__ void gemv_mma(const PackedNMView& w, const Problem& p
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int row = 16 * h + b_row;
-        ldmatrix_x4_trans(b[half], tile + row * 64 + swizzle<4>(row, b_chunk + 2 * half) * 16);
+        ldmatrix_x4_trans(b[half], tile + row * kTileStride + (b_chunk + 2 * half) * 16);
       }
 #pragma unroll
       for (int j = 0; j < 4; ++j) mma_16816<T>(acc[j], a, &b[j / 2][(j % 2) * 2]);

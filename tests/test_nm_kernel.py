@@ -124,12 +124,13 @@ def test_every_output_written() -> None:
 
 
 def test_each_path_once() -> None:
-    """One small call per kernel path (SpMV, split-K SpMV, SpMM, TW route) in both dtypes: the compute-sanitizer
-    run of bench/nm_gpu_check.sh uses this test."""
+    """One small call per kernel path (SpMV, split-K SpMV, tensor-core GEMV, SpMM, TW route) in both dtypes: the
+    compute-sanitizer run of bench/nm_gpu_check.sh uses this test."""
     for dtype in (torch.float16, torch.bfloat16):
         for rows, groups, n, vector, kernel in [
             (1, 64, 96, 1, "simt"),
             (4, 2048, 16, 1, "simt"),
+            (8, 24, 64, 1, "simt"),
             (33, 40, 72, 8, "simt"),
             (70, 40, 128, 32, "tw"),
         ]:

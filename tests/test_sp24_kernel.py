@@ -145,9 +145,10 @@ def test_forced_route_explains_why_it_cannot_run() -> None:
         (17, 64, 2, 4, 1, "sp24"),
         (16, 64, 2, 4, 1, "sp24"),  # past one row the sparse tensor cores beat the SpMV
         (1, 64, 2, 4, 1, "simt"),  # a single row keeps the memory-bound SpMV
-        (4, 64, 1, 4, 1, "simt"),  # sparser patterns keep the SpMV up to 4 rows
-        (5, 64, 1, 4, 1, "sp24"),  # then 1:4 is 2:4 by construction and takes the sparse tensor cores
-        (5, 64, 2, 8, 1, "simt"),  # from 5 rows the SpMV's tensor-core GEMV takes N <= 2 with M >= 8
+        (4, 64, 1, 2, 1, "simt"),  # sparser patterns keep the SpMV up to 4 rows
+        (5, 64, 1, 2, 1, "sp24"),  # then 1:2 is 2:4 by construction and takes the sparse tensor cores
+        (5, 64, 1, 4, 1, "simt"),  # from 5 rows the SpMV's tensor-core GEMV takes N <= 2 with M >= 4
+        (5, 64, 2, 8, 1, "simt"),
         (2, 64, 2, 8, 2, "simt"),  # vector-wise, while rows x N/M <= 0.5
         (3, 64, 2, 8, 2, "sp24"),
         (4, 64, 1, 8, 1, "simt"),

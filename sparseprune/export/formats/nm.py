@@ -30,7 +30,7 @@ either in the row-major form.
   when the extension holds the CUTLASS kernel; K must be a multiple of 16. Chosen for 2:4 itself
   above one row of x; where the TW route cannot run (V < 16), for N <= 2 past SPMV_MAX_ROWS element-wise or once
   rows x N/M passes SPMV_MAX_ROW_DENSITY vector-wise (the SpMV's time grows with both, the sparse tensor cores'
-  hardly) unless M >= 8 and the SpMV's tensor-core GEMV takes the packing (up to SMALL_M rows), and for N >= 3 from
+  hardly) unless M >= 4 and the SpMV's tensor-core GEMV takes the packing (up to SMALL_M rows), and for N >= 3 from
   SPLIT_SP24_MIN_ROWS rows, or past SMALL_M where the SpMV's tensor-core GEMV takes the packing.
 - "reference": one dense GEMM on the scattered weight; CPU, no extension, dtypes other than fp16/bf16, or a
   packing outside the kernels' range (M not a power of two in [2, 32], N = 0 or N = M, N columns not a multiple
@@ -79,10 +79,10 @@ SPMV_MAX_ROW_DENSITY = 0.5
 SPLIT_SP24_MIN_ROWS = 8
 TENSOR_CORE_GEMV_STEP = 32  # K and N multiple the tensor-core GEMV needs; must match kStepK and kCols there
 TENSOR_CORE_GEMV_MIN_ROWS = 5  # rows of x from which the SpMV hands over to it; must match kGemvMmaMinM
-# Smallest group M at which that GEMV beats the sparse tensor cores on an N <= 2 pattern: its time follows the packed
-# bytes, less the groups' count (H200, 4096 x 11008, 5 to 16 rows, one run: 1:8 at 25.4-26.0 us and 2:8 at 29.8-30.3
-# against 30.3-31.8 and 31.1-31.2, 1:4 at 36.9-37.7 against 30.8-31.2; bench/results/nm_h200_rows_three_ctas.md).
-TENSOR_CORE_GEMV_OVER_SP24_MIN_M = 8
+# Smallest group M at which that GEMV beats the sparse tensor cores on an N <= 2 pattern (H200, 4096 x 11008, 5 to 16
+# rows: 1:4 at 24.8-25.2 us, 2:8 at 25.3-25.7, 1:8 at 20.8-21.3, bench/results/nm_h200_gemv_flat_expand_1.md, against
+# 30.3-31.8 on sp24, bench/results/nm_h200_rows_three_ctas.md). 1:2 is untried.
+TENSOR_CORE_GEMV_OVER_SP24_MIN_M = 4
 
 # PackedTW twin of each vector-wise weight and CUTLASS-compressed form of each sp24 weight, keyed weakly by its values
 # tensor: export modules rebuild PackedNM on every forward from the same buffers, and a repack per call is far too
