@@ -66,7 +66,7 @@ TW_MIN_VECTOR = 16  # narrowest vector that goes to the tensor-core TW route
 SP24_MAX_KEPT = 2  # N:M with N up to this keeps at most 2 of any 4 consecutive K rows: one 2:4 pass, not two
 # Rows of x up to which the element-wise SpMV beats the sparse tensor cores on a pattern with N <= 2 other than 2:4:
 # all it runs itself, below TENSOR_CORE_GEMV_MIN_ROWS (H200, 4096 x 11008, 3 and 4 rows, one run: 2:8 and 1:4 at
-# 19.0-20.2 us, 1:8 at 13.9-15.5, against 31.4-32.1 on sp24; bench/results/nm_h200_rows_three_ctas.md).
+# 18.9-20.1 us, 1:8 at 14.1-15.5, against 31.5-32.2 on sp24; bench/results/nm_h200_rows_flat_expand.md).
 SPMV_MAX_ROWS = 4
 # Rows of x times N/M up to which a vector-wise SpMV (V < 16) does (H200, 4096 x 11008, element-wise before it fitted
 # three CTAs per SM at 3 and 4 rows: 2:8 and 1:4 at 2 rows 1.44x against 0.84x dense, at 3 rows 0.74x against 0.88x;
@@ -80,8 +80,8 @@ SPLIT_SP24_MIN_ROWS = 8
 TENSOR_CORE_GEMV_STEP = 32  # K and N multiple the tensor-core GEMV needs; must match kStepK and kCols there
 TENSOR_CORE_GEMV_MIN_ROWS = 5  # rows of x from which the SpMV hands over to it; must match kGemvMmaMinM
 # Smallest group M at which that GEMV beats the sparse tensor cores on an N <= 2 pattern (H200, 4096 x 11008, 5 to 16
-# rows: 1:4 at 24.8-25.2 us, 2:8 at 25.3-25.7, 1:8 at 20.8-21.3, bench/results/nm_h200_gemv_flat_expand_1.md, against
-# 30.3-31.8 on sp24, bench/results/nm_h200_rows_three_ctas.md). 1:2 is untried.
+# rows, one run: 1:4 at 25.7 us against 31.4-31.6, 2:8 at 25.6-26.8 against 30.9-31.8, 1:8 at 21.5 against 31.2-31.3;
+# bench/results/nm_h200_rows_flat_expand.md). 1:2 is untried.
 TENSOR_CORE_GEMV_OVER_SP24_MIN_M = 4
 
 # PackedTW twin of each vector-wise weight and CUTLASS-compressed form of each sp24 weight, keyed weakly by its values
