@@ -10,9 +10,14 @@
 
 #include <utility>
 
+#include "nm_device.cuh"
 #include "sm90_wgmma.cuh"
 
 namespace {
+
+using sparseprune::nm::Divisor;
+using sparseprune::nm::GroupOffsets;
+using sparseprune::nm::Positions;
 
 constexpr int kThreads = 256, kWarps = 8, kLanesN = 4, kCols = 8, kPanel = 32, kRowSlots = 64, kUnroll = 4;
 constexpr int kMaxK = 4096;
@@ -23,9 +28,8 @@ constexpr int kMaxK = 4096;
 // kBytesOnly: values summed and positions XORed: the weight's bytes and little else.
 enum Part { kWhole, kLocalX, kStagedXUnused, kNoX, kBytesOnly };
 
-// A variant: the work it keeps, and the designs it takes. byte_perm: a row's 8 positions become x's byte offsets in
-// two masked words and each column's offset one byte permute (the SpMV's decoding), instead of a shift, mask, add and
-// scale each. cluster > 1: x reaches the cluster's CTAs by one bulk copy per CTA of a 1/cluster slice, multicast to
+// A variant: the work it keeps, and the designs it takes. byte_perm: positions decoded by the SpMV's own GroupOffsets
+// (nm_device.cuh), instead of a shift, mask, add and scale per column. cluster > 1: x reaches the cluster's CTAs by one bulk copy per CTA of a 1/cluster slice, multicast to
 // all, instead of every CTA reading all of x from L2. panels: panels a CTA takes in turn, staging x once.
 struct Variant {
   Part part;
@@ -105,14 +109,6 @@ __device__ __forceinline__ void stage_x(float* s_x, __half* s_xh, uint32_t bar, 
   __syncthreads();
 }
 
-// A packed row's 8 positions as byte offsets of x's fp32 words: columns 0, 2, 4, 6 in the bytes of `even`, columns
-// 1, 3, 5, 7 in those of `odd`; mask4 = 4 (m - 1) in every byte.
-struct ByteOffsets {
-  uint32_t even, odd;
-  __device__ ByteOffsets(uint32_t nibbles, uint32_t mask4) : even((nibbles << 2) & mask4), odd((nibbles >> 2) & mask4) {}
-  __device__ __forceinline__ int operator[](int e) const { return __byte_perm(e & 1 ? odd : even, 0, 0x4440 | (e >> 1)); }
-};
-
 template <int V>
 __global__ void __launch_bounds__(kThreads, 3)
     anatomy_kernel(const __half* values, const uint8_t* positions, const __half* x, __half* y, int K, int m,
@@ -146,7 +142,7 @@ __global__ void __launch_bounds__(kThreads, 3)
     for (int i = tid; i < K; i += kThreads) s_x[i] = static_cast<float>(i & 7) - 3.5f;
     __syncthreads();
   }
-  const uint32_t by_kept = kept > 1 ? 0xffffffffu / kept + 1u : 0u;
+  const Divisor by_kept(kept);
   const uint32_t mask4 = 4u * (m - 1) * 0x01010101u;
 #pragma unroll
   for (int p = 0; p < kPanels; ++p) {
@@ -155,27 +151,27 @@ __global__ void __launch_bounds__(kThreads, 3)
       for (int u = 0; u < kUnroll; ++u) {
         const int r = row + u * kRowSlots;
         if (r >= rows) break;
-        const int base = (kept > 1 ? static_cast<int>(__umulhi(static_cast<uint32_t>(r), by_kept)) : r) * m;
+        const int base = by_kept(r) * m;
         const __half* w = reinterpret_cast<const __half*>(&b.values[u]);
         bits ^= b.positions[u];
         if constexpr (kVariants[V].byte_perm) {
-          const ByteOffsets at(b.positions[u], mask4);
+          const GroupOffsets<Positions::kNibbles> at(make_uint2(b.positions[u], 0u), mask4);
           const char* group = reinterpret_cast<const char*>(s_x + base);
 #pragma unroll
           for (int e = 0; e < kCols; ++e) {
-            acc[p][e] += *reinterpret_cast<const float*>(group + at[e]) * __half2float(w[e]);
+            acc[p][e] += *reinterpret_cast<const float*>(group + at(e)) * __half2float(w[e]);
           }
-          continue;
-        }
+        } else {
 #pragma unroll
-        for (int e = 0; e < kCols; ++e) {
-          const int pos = (b.positions[u] >> (4 * e)) & (m - 1);
-          if constexpr (P == kWhole || P == kLocalX) {
-            acc[p][e] += s_x[base + pos] * __half2float(w[e]);
-          } else if constexpr (P == kBytesOnly) {
-            acc[p][e] += __half2float(w[e]);
-          } else {
-            acc[p][e] += static_cast<float>(base + pos) * __half2float(w[e]);
+          for (int e = 0; e < kCols; ++e) {
+            const int pos = (b.positions[u] >> (4 * e)) & (m - 1);
+            if constexpr (P == kWhole || P == kLocalX) {
+              acc[p][e] += s_x[base + pos] * __half2float(w[e]);
+            } else if constexpr (P == kBytesOnly) {
+              acc[p][e] += __half2float(w[e]);
+            } else {
+              acc[p][e] += static_cast<float>(base + pos) * __half2float(w[e]);
+            }
           }
         }
       }

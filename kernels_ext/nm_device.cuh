@@ -1,4 +1,4 @@
-// Device helpers shared by the N:M kernels (nm_gemm.cu, nm_gemv_mma.cu).
+// Device helpers shared by the N:M kernels (nm_gemm.cu, nm_gemv_mma.cu) and bench/nm_spmv_anatomy.cu.
 #pragma once
 
 #include "nm_gemm.h"
@@ -16,6 +16,32 @@ struct Divisor {
   __device__ explicit Divisor(int divisor) : d(divisor), magic(divisor > 1 ? 0xffffffffu / divisor + 1u : 0u) {}
   __device__ __forceinline__ int operator()(int n) const {
     return d > 1 ? static_cast<int>(__umulhi(static_cast<uint32_t>(n), magic)) : n;
+  }
+};
+
+// How a lane finds its 8 columns' in-group positions: 8 nibbles or 8 bytes of an element-wise packing, or a
+// vector-wise packing's bytes, one per `vector` columns.
+enum class Positions { kNibbles, kBytes, kVectorBytes };
+
+// A packed row's 8 in-group positions (one word of nibbles in .x, or two of bytes) as byte offsets of their fp32 x
+// inside the row's group, masked into the group (a corrupt index stays in it): one byte per column in two words, so a
+// column's offset is one byte permute. mask4 holds 4 (m - 1) in every byte. A shift, a mask, an add and a scale per
+// column were about a third of the SpMV's instructions per packed row.
+template <Positions P>
+struct GroupOffsets {
+  uint32_t bytes[2];
+  __device__ __forceinline__ GroupOffsets(const uint2& word, uint32_t mask4) {
+    if constexpr (P == Positions::kNibbles) {  // columns 0, 2, 4, 6 in bytes[0], 1, 3, 5, 7 in bytes[1]
+      bytes[0] = (word.x << 2) & mask4;
+      bytes[1] = (word.x >> 2) & mask4;
+    } else {  // columns 0..3 in bytes[0], 4..7 in bytes[1]
+      bytes[0] = (word.x << 2) & mask4;
+      bytes[1] = (word.y << 2) & mask4;
+    }
+  }
+  __device__ __forceinline__ int operator()(int e) const {
+    if constexpr (P == Positions::kNibbles) return static_cast<int>(__byte_perm(bytes[e & 1], 0u, 0x4440u | (e >> 1)));
+    return static_cast<int>(__byte_perm(bytes[e >> 2], 0u, 0x4440u | (e & 3)));
   }
 };
 

@@ -45,10 +45,6 @@ static_assert(kGemvBN == kPanel, "a SpMV CTA reads one panel of an element-wise 
 static_assert(kStageFloats % (16 * 32) == 0, "every staged chunk must hold whole groups of m <= 32");
 static_assert(kWarps * 16 * kGemvBN <= kStageFloats, "the SpMV reduction reuses the staging buffer");
 
-// How a lane finds its 8 columns' in-group positions: 8 nibbles or 8 bytes of an element-wise packing, or a
-// vector-wise packing's bytes, one per `vector` columns.
-enum class Positions { kNibbles, kBytes, kVectorBytes };
-
 // Where a lane's 8 columns from n0 sit in packed row r: at base + r * stride among the values (and, for element-wise
 // packings, scaled by idx_bits / 8 among the positions). One panel's row for element-wise packings, a row of N
 // values for vector-wise ones.
@@ -80,28 +76,6 @@ __device__ __forceinline__ uint2 load_positions(const PackedNMView& w, int64_t r
     return make_uint2(word[0], word[1]);
   }
 }
-
-// A packed row's 8 in-group positions (a word from load_positions) as byte offsets of their fp32 x inside the row's
-// group, masked into the group (a corrupt index stays in it): one byte per column in two words, so a column's offset
-// is one byte permute. mask4 holds 4 (m - 1) in every byte. A shift, a mask, an add and a scale per column were
-// about a third of the SpMV's instructions per packed row.
-template <Positions P>
-struct GroupOffsets {
-  uint32_t bytes[2];
-  __device__ __forceinline__ GroupOffsets(const uint2& word, uint32_t mask4) {
-    if constexpr (P == Positions::kNibbles) {  // columns 0, 2, 4, 6 in bytes[0], 1, 3, 5, 7 in bytes[1]
-      bytes[0] = (word.x << 2) & mask4;
-      bytes[1] = (word.x >> 2) & mask4;
-    } else {  // columns 0..3 in bytes[0], 4..7 in bytes[1]
-      bytes[0] = (word.x << 2) & mask4;
-      bytes[1] = (word.y << 2) & mask4;
-    }
-  }
-  __device__ __forceinline__ int operator()(int e) const {
-    if constexpr (P == Positions::kNibbles) return static_cast<int>(__byte_perm(bytes[e & 1], 0u, 0x4440u | (e >> 1)));
-    return static_cast<int>(__byte_perm(bytes[e >> 2], 0u, 0x4440u | (e & 3)));
-  }
-};
 
 // kUnroll values rows of one lane (16-byte value vectors and their 8 in-group positions), loaded together so
 // their DRAM latencies overlap.
