@@ -16,10 +16,9 @@ from typing import Any
 import torch
 
 from bench.common import (
-    TOLERANCE,
     Rotation,
     exit_if_any_failed,
-    markdown_table,
+    finish_row,
     relative_error,
     require_kernels,
     time_cuda,
@@ -73,10 +72,7 @@ def run(patterns: list[str], rows_list: list[int], k: int, n: int, seed: int) ->
                 op = Rotation(call, packed, packed.nbytes(), rows)
                 row[f"{kernel}_us"] = time_cuda(op).median_us
             row["auto_x_dense"] = row["dense_us"] / row.get(f"{route}_us", math.nan)
-            row["rel_err"] = max(errors)
-            row["passed"] = row["rel_err"] <= TOLERANCE[torch.float16]
-            results.append(row)
-            print(markdown_table([row], COLUMNS).splitlines()[-1], flush=True)
+            finish_row(row, errors, torch.float16, results, COLUMNS)
     return results
 
 

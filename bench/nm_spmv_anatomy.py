@@ -21,10 +21,9 @@ import torch
 from torch.utils.cpp_extension import load
 
 from bench.common import (
-    TOLERANCE,
     Rotation,
     exit_if_any_failed,
-    markdown_table,
+    finish_row,
     relative_error,
     require_kernels,
     time_cuda,
@@ -94,10 +93,7 @@ def run(ext: Any, patterns: list[str], widths: list[int], seed: int) -> list[dic
                     y.fill_(float("nan"))
                     call(packed)
                     errors.append(relative_error(y[None], ref))
-            row["rel_err"] = max(errors)
-            row["passed"] = row["rel_err"] <= TOLERANCE[torch.float16]
-            results.append(row)
-            print(markdown_table([row], COLUMNS).splitlines()[-1], flush=True)
+            finish_row(row, errors, torch.float16, results, COLUMNS)
     return results
 
 

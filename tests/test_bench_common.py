@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
-from bench.common import COLD_WEIGHTS_MAX_M, Rotation, exit_if_any_failed
+from bench.common import COLD_WEIGHTS_MAX_M, Rotation, exit_if_any_failed, finish_row
 
 
 def test_rotation_cycles_copies_that_fill_twice_the_l2() -> None:
@@ -48,3 +50,14 @@ def test_exit_if_any_failed_names_the_failures() -> None:
     exit_if_any_failed([{"passed": True}, {"passed": True}])
     with pytest.raises(SystemExit, match="1 models exceeded the error tolerance"):
         exit_if_any_failed([{"passed": True}, {"passed": False}], "models")
+
+
+def test_finish_row_marks_keeps_and_prints_the_worst_error(capsys: pytest.CaptureFixture[str]) -> None:
+    results: list[dict[str, object]] = []
+    columns = [("case", "case"), ("rel_err", "worst rel err")]
+    finish_row({"case": "a"}, [1e-4, 3e-3], torch.float16, results, columns)
+    finish_row({"case": "b"}, [1e-4, 3e-3], torch.bfloat16, results, columns)
+    finish_row({"case": "c"}, [1e-4, float("nan")], torch.float16, results, columns)
+    assert [(r["case"], r["rel_err"], r["passed"]) for r in results][:2] == [("a", 3e-3, False), ("b", 3e-3, True)]
+    assert math.isnan(results[2]["rel_err"]) and results[2]["passed"] is False
+    assert [line.split("|")[1].strip() for line in capsys.readouterr().out.splitlines()] == ["a", "b", "c"]
