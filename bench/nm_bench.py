@@ -29,6 +29,7 @@ from bench.common import (
     require_kernels,
     time_cuda,
     time_into,
+    worst_error,
     write_results,
 )
 from bench.tw_bench import SHAPES as TW_SHAPES
@@ -134,8 +135,9 @@ def run_case(
     sp24 = route_unavailable(x, packed, "sp24") is None
     if sp24:  # the worst of the shape's own tile and each forced one
         errors = [relative_error(sp24_view(packed).matmul(x, tile=tile), ref) for tile in FORCED_TILES]
-        row["rel_err_sp24"] = max([relative_error(nm_matmul(x, packed, kernel="sp24"), ref), *errors])
-    row["passed"] = max(row["rel_err"], row.get("rel_err_fm", 0.0), row.get("rel_err_sp24", 0.0)) <= TOLERANCE[x.dtype]
+        row["rel_err_sp24"] = worst_error([relative_error(nm_matmul(x, packed, kernel="sp24"), ref), *errors])
+    worst = worst_error([row["rel_err"], row.get("rel_err_fm", 0.0), row.get("rel_err_sp24", 0.0)])
+    row["passed"] = worst <= TOLERANCE[x.dtype]
     if check_only:
         return row
     k_ideal = max(8, round(kept / m * k / 8) * 8)

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from bench.common import COLD_WEIGHTS_MAX_M, Rotation, exit_if_any_failed, finish_row
+from bench.common import COLD_WEIGHTS_MAX_M, Rotation, exit_if_any_failed, finish_row, worst_error
 
 
 def test_rotation_cycles_copies_that_fill_twice_the_l2() -> None:
@@ -61,3 +61,9 @@ def test_finish_row_marks_keeps_and_prints_the_worst_error(capsys: pytest.Captur
     assert [(r["case"], r["rel_err"], r["passed"]) for r in results][:2] == [("a", 3e-3, False), ("b", 3e-3, True)]
     assert math.isnan(results[2]["rel_err"]) and results[2]["passed"] is False
     assert [line.split("|")[1].strip() for line in capsys.readouterr().out.splitlines()] == ["a", "b", "c"]
+
+
+def test_worst_error_keeps_a_nan_wherever_it_sits() -> None:
+    assert worst_error([1e-4, 3e-3, 2e-4]) == 3e-3
+    assert math.isnan(worst_error([1e-4, float("nan")]))
+    assert math.isnan(worst_error(iter([float("nan"), 1e-4])))
