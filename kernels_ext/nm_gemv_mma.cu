@@ -31,39 +31,44 @@ constexpr int kStepK = 32;     // dense K rows per step: two k16 MMAs
 constexpr int kMaxRows = 16;   // packed rows per step at most: kept / m <= 1/2
 constexpr int kStages = 3;  // six, at one CTA per SM, were 30% slower
 constexpr int kXBytes = kSmallM * kStepK * 2;      // [16 rows of x][32 k], 64-byte rows, swizzled
-constexpr int kValueBytes = kMaxRows * kCols * 2;  // [packed row][32 columns]
 // The expanded block, [32 k][32 columns], rows 80 bytes apart: the eight 16-byte rows an ldmatrix reads start in
 // eight different bank quads, and a value's address is one multiply-add from its K row (no swizzle to compute).
 constexpr int kTileStride = kCols * 2 + 16;
 constexpr int kTileBytes = kStepK * kTileStride;
-// Shared memory by position width: a stage holds [packed row][32 columns] positions of IdxBits each. With 4-bit
-// positions three CTAs fit an SM (74 KB each), so the decode weight's 344 panels run in one wave on an H200 (132
-// SMs); sized for bytes (80 KB) only two fit, and the last 80 panels ran as a second wave.
+// A stage holds [packed row][32 columns] values and positions of IdxBits each for the pattern's packed rows per step,
+// so its size follows the pattern: 8:32 (8 rows, byte positions) takes 62 KB a CTA, and three CTAs fit an SM where
+// stages sized for 16 rows of bytes (80 KB) fit two, and the decode weight's 344 panels ran in two waves on an H200
+// (132 SMs). Stages start 128 bytes apart, so the x block's swizzle stays conflict-free.
 template <int IdxBits>
 struct Smem {
-  static constexpr int kIdxBytes = kMaxRows * kCols * IdxBits / 8;
-  static constexpr int kStageBytes = kXBytes + kValueBytes + kIdxBytes;
-  static constexpr int kWarpBytes = kStages * kStageBytes + kTileBytes;
-  static constexpr int kBytes = kWarps * kWarpBytes;
-  static_assert(kWarps * kSmallM * kCols * 4 <= kBytes, "the warps' partial sums reuse the stages");
+  __host__ __device__ static constexpr int stage_bytes(int rows) {
+    const int idx_bytes = (rows * kCols * IdxBits / 8 + 15) / 16 * 16;
+    return (kXBytes + rows * kCols * 2 + idx_bytes + 127) / 128 * 128;
+  }
+  __host__ __device__ static constexpr int warp_bytes(int rows) { return kStages * stage_bytes(rows) + kTileBytes; }
+  __host__ __device__ static constexpr int bytes(int rows) { return kWarps * warp_bytes(rows); }
+  static constexpr int kMaxBytes = bytes(kMaxRows);
+  static_assert(kWarps * kSmallM * kCols * 4 <= bytes(1), "the warps' partial sums reuse the stages");
 };
 static_assert(kCols == kPanel, "a CTA's columns are one panel of the element-wise layout");
 
 template <typename T, int IdxBits>
 __device__ __forceinline__ void gemv_mma(const PackedNMView& w, const Problem& p) {
   constexpr int kIdxRowBytes = kCols * IdxBits / 8;
-  constexpr int kStageBytes = Smem<IdxBits>::kStageBytes, kWarpBytes = Smem<IdxBits>::kWarpBytes;
   extern __shared__ __align__(128) unsigned char smem[];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int m = w.m, kept = w.kept, rows_per_step = kStepK / m * kept;
+  const int stage_bytes = Smem<IdxBits>::stage_bytes(rows_per_step);
+  const int warp_bytes = Smem<IdxBits>::warp_bytes(rows_per_step);
+  const int idx_offset = kXBytes + rows_per_step * kCols * 2;  // a stage's positions, after its values
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kCols;
   const int total_steps = static_cast<int>(w.K / kStepK);
   const int s_begin = static_cast<int>(static_cast<int64_t>(total_steps) * blockIdx.y / gridDim.y);
   const int s_end = static_cast<int>(static_cast<int64_t>(total_steps) * (blockIdx.y + 1) / gridDim.y);
   const int steps = s_end > s_begin + warp ? (s_end - s_begin - warp + kWarps - 1) / kWarps : 0;
-  const uint32_t ring = smem_addr(smem + warp * kWarpBytes);
-  const uint32_t tile = ring + kStages * kStageBytes;
-  unsigned char* tile_ptr = smem + warp * kWarpBytes + kStages * kStageBytes;
+  const uint32_t ring = smem_addr(smem + warp * warp_bytes);
+  const uint32_t tile = ring + kStages * stage_bytes;
+  unsigned char* tile_ptr = smem + warp * warp_bytes + kStages * stage_bytes;
   const T* x = static_cast<const T*>(p.x);
   const T* vals = static_cast<const T*>(w.values);
   const int M = static_cast<int>(p.M);
@@ -96,7 +101,7 @@ __device__ __forceinline__ void gemv_mma(const PackedNMView& w, const Problem& p
   // the sources on by a step: running pointers and stage, where indexing by step cost 50 instructions a step.
   int copied = 0, copy_stage = 0;
   auto copy_next_step = [&]() {
-    const uint32_t stage = ring + copy_stage * kStageBytes;
+    const uint32_t stage = ring + copy_stage * stage_bytes;
     if (copied < steps) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
@@ -105,7 +110,7 @@ __device__ __forceinline__ void gemv_mma(const PackedNMView& w, const Problem& p
         x_src[h] += kWarps * kStepK;
         value_src[h] += step_values;
       }
-      if (idx_ok) cp_async16_to(stage + kXBytes + kValueBytes + lane * 16, idx_src, 16);
+      if (idx_ok) cp_async16_to(stage + idx_offset + lane * 16, idx_src, 16);
       idx_src += step_idx;
     }
     cp_async_commit();  // empty past the warp's steps, so that every wait below counts kStages - 1 groups
@@ -127,16 +132,16 @@ __device__ __forceinline__ void gemv_mma(const PackedNMView& w, const Problem& p
   for (int i = 0, read_stage = 0; i < steps; ++i, read_stage = read_stage == kStages - 1 ? 0 : read_stage + 1) {
     cp_async_wait<kStages - 2>();  // step i's copies are done
     __syncwarp();
-    const uint32_t stage = ring + read_stage * kStageBytes;
+    const uint32_t stage = ring + read_stage * stage_bytes;
     // Expand: lane = column; zeros first, then each packed row's value at its K row.
 #pragma unroll
     for (int z = 0; z < kTileBytes / 16 / 32; ++z) {
       *reinterpret_cast<uint4*>(tile_ptr + (z * 32 + lane) * 16) = make_uint4(0u, 0u, 0u, 0u);
     }
     __syncwarp();
-    const unsigned char* stage_ptr = smem + warp * kWarpBytes + read_stage * kStageBytes;
+    const unsigned char* stage_ptr = smem + warp * warp_bytes + read_stage * stage_bytes;
     const uint16_t* packed_vals = reinterpret_cast<const uint16_t*>(stage_ptr + kXBytes) + lane;
-    const uint8_t* positions = stage_ptr + kXBytes + kValueBytes + lane * IdxBits / 8;
+    const uint8_t* positions = stage_ptr + idx_offset + lane * IdxBits / 8;
 #pragma unroll
     for (int r = 0; r < kMaxRows; ++r) {
       if (r >= rows_per_step) break;
@@ -174,15 +179,12 @@ __device__ __forceinline__ void gemv_mma(const PackedNMView& w, const Problem& p
   finish_column_block<T, kCols, kWarps>(partial, kSmallM, n0, w, p);
 }
 
-// Registers capped for the three CTAs per SM that fit with 4-bit positions; capped so with byte positions, whose
-// stages leave room for two, the kernel ran 6% slower (8:32, 4096 x 11008).
-template <typename T>
-__global__ void __launch_bounds__(kThreads, 3) nm_gemv_mma_nibbles(PackedNMView w, Problem p) {
-  gemv_mma<T, 4>(w, p);
-}
-template <typename T>
-__global__ void __launch_bounds__(kThreads) nm_gemv_mma_bytes(PackedNMView w, Problem p) {
-  gemv_mma<T, 8>(w, p);
+// Registers capped for three CTAs per SM, which the stages of every 4-bit pattern and of byte patterns up to 8
+// packed rows per step (8:32) leave room for. (16:32's stages leave room for two; the cap cost 8:32 6% when its
+// stages did too.)
+template <typename T, int IdxBits>
+__global__ void __launch_bounds__(kThreads, 3) nm_gemv_mma_kernel(PackedNMView w, Problem p) {
+  gemv_mma<T, IdxBits>(w, p);
 }
 
 }  // namespace
@@ -194,11 +196,11 @@ bool gemv_mma_supported(const PackedNMView& w, const Problem& p) {
 
 template <typename T, int IdxBits>
 const char* launch_gemv_mma_typed(const PackedNMView& w, const Problem& p, int splits) {
-  constexpr auto kKernel = IdxBits == 4 ? nm_gemv_mma_nibbles<T> : nm_gemv_mma_bytes<T>;
-  constexpr int kSmemBytes = Smem<IdxBits>::kBytes;
-  if (const char* err = tw::allow_dynamic_smem<kKernel, kSmemBytes>()) return err;
+  constexpr auto kKernel = nm_gemv_mma_kernel<T, IdxBits>;
+  if (const char* err = tw::allow_dynamic_smem<kKernel, Smem<IdxBits>::kMaxBytes>()) return err;
   const dim3 grid(static_cast<unsigned>(w.N / kCols), static_cast<unsigned>(splits));
-  return tw::launch_kernel(kKernel, grid, dim3(kThreads), kSmemBytes, p.stream, false, w, p);
+  const int smem_bytes = Smem<IdxBits>::bytes(static_cast<int>(kStepK / w.m * w.kept));
+  return tw::launch_kernel(kKernel, grid, dim3(kThreads), smem_bytes, p.stream, false, w, p);
 }
 
 const char* launch_gemv_mma(const PackedNMView& w, const Problem& p, int splits) {

@@ -73,7 +73,7 @@ def test_split_k_spmv(dtype: torch.dtype, rows: int, k: int, n: int, kept: int, 
 # a K split (N = 64, long K) whose finalize pass sums the slices.
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_tensor_core_gemv_matches_fp32_reference(dtype: torch.dtype) -> None:
-    configs = [(1, 2), (2, 4), (1, 8), (2, 8), (4, 16), (8, 16), (3, 32), (16, 32)]
+    configs = [(1, 2), (2, 4), (1, 8), (2, 8), (4, 16), (8, 16), (3, 32), (8, 32), (16, 32)]
     shapes = [(5, 1024, 352), (8, 96, 32), (16, 4096, 1056), (11, 8192, 64)]
     for i, ((kept, m), (rows, k, n)) in enumerate(itertools.product(configs, shapes)):
         act = [None, "relu", "gelu"][i % 3]
@@ -124,17 +124,18 @@ def test_every_output_written() -> None:
 
 
 def test_each_path_once() -> None:
-    """One small call per kernel path (SpMV, split-K SpMV, tensor-core GEMV, SpMM, TW route) in both dtypes: the
-    compute-sanitizer run of bench/nm_gpu_check.sh uses this test."""
+    """One small call per kernel path (SpMV, split-K SpMV, tensor-core GEMV with 4-bit and byte positions, SpMM, TW
+    route) in both dtypes: the compute-sanitizer run of bench/nm_gpu_check.sh uses this test."""
     for dtype in (torch.float16, torch.bfloat16):
-        for rows, groups, n, vector, kernel in [
-            (1, 64, 96, 1, "simt"),
-            (4, 2048, 16, 1, "simt"),
-            (8, 24, 64, 1, "simt"),
-            (33, 40, 72, 8, "simt"),
-            (70, 40, 128, 32, "tw"),
+        for rows, groups, n, kept, m, vector, kernel in [
+            (1, 64, 96, 1, 4, 1, "simt"),
+            (4, 2048, 16, 1, 4, 1, "simt"),
+            (8, 24, 64, 1, 4, 1, "simt"),
+            (8, 6, 64, 8, 32, 1, "simt"),
+            (33, 40, 72, 1, 4, 8, "simt"),
+            (70, 40, 128, 1, 4, 32, "tw"),
         ]:
-            packed, x, bias, b = _case(rows, groups, n, 1, 4, vector, dtype, seed=rows)
+            packed, x, bias, b = _case(rows, groups, n, kept, m, vector, dtype, seed=rows)
             y = nm_matmul(x, packed, bias, "relu", kernel=kernel)
             assert rel_err(y, dense_reference(x, b, bias, "relu", dtype=torch.float32)) <= KERNEL_TOLERANCE[dtype]
 
