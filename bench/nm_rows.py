@@ -60,7 +60,7 @@ def run(patterns: list[str], rows_list: list[int], k: int, n: int, seed: int) ->
             x = torch.randn(rows, k, generator=gen).half().cuda()
             ref = x.float() @ ref_b
             route = auto_route(x, packed)
-            tensor_cores = rows >= TENSOR_CORE_GEMV_MIN_ROWS and takes_tensor_core_gemv(packed)
+            tensor_cores = rows >= TENSOR_CORE_GEMV_MIN_ROWS and takes_tensor_core_gemv(packed, x)
             row: dict[str, Any] = {"pattern": pattern, "rows": rows, "route": route}
             row["simt_kernel"] = "tensor-core GEMV" if tensor_cores else "SpMV"
             row["dense_us"] = time_cuda(Rotation(lambda w, x=x: x @ w, b, b.nbytes, rows)).median_us

@@ -357,6 +357,7 @@ def auto_route(x: torch.Tensor, packed: PackedNM, rows: int | None = None) -> st
     # bound, while the SpMV re-reads each shared index list per column (bench/results/nm_vw_decode_h100.md).
     # A sparser pattern (1:4, 2:8, ...) runs on the sparse tensor cores at 2:4's speed only: the TW route, which
     # skips all its pruned K, comes first wherever it can run, and the SpMV keeps the rows it is fastest for.
+    actual_x = x if rows is None else None
     rows = x.shape[0] if rows is None else rows
     tw_small = ("tw",) if packed.vector >= 32 else ()
     tw_route = ("tw",) if rows > SMALL_M else tw_small
@@ -366,19 +367,22 @@ def auto_route(x: torch.Tensor, packed: PackedNM, rows: int | None = None) -> st
         spmv_rows = SPMV_MAX_ROWS if packed.vector == 1 else SPMV_MAX_ROW_DENSITY * packed.m / packed.kept
         spmv_slower = rows > spmv_rows
         gemv_faster = rows <= SMALL_M and packed.m >= TENSOR_CORE_GEMV_OVER_SP24_MIN_M
-        use_sp24 = spmv_slower and not (gemv_faster and takes_tensor_core_gemv(packed))
+        use_sp24 = spmv_slower and not (gemv_faster and takes_tensor_core_gemv(packed, actual_x))
         routes = (*tw_route, "sp24") if use_sp24 else tw_route
     else:
-        min_rows = SMALL_M + 1 if takes_tensor_core_gemv(packed) else SPLIT_SP24_MIN_ROWS
+        min_rows = SMALL_M + 1 if takes_tensor_core_gemv(packed, actual_x) else SPLIT_SP24_MIN_ROWS
         routes = (*tw_route, "sp24") if rows >= min_rows else tw_route
     return next((route for route in routes if route_unavailable(x, packed, route) is None), "simt")
 
 
-def takes_tensor_core_gemv(packed: PackedNM) -> bool:
-    """Whether the SpMV runs this packing on tensor cores from a few rows of x (kernels_ext/nm_gemv_mma.cu)."""
+def takes_tensor_core_gemv(packed: PackedNM, x: torch.Tensor | None = None) -> bool:
+    """Whether the SpMV runs this packing on tensor cores from a few rows of x (kernels_ext/nm_gemv_mma.cu), which
+    also needs x's rows 16-byte aligned: the binding gets x.contiguous(), a contiguous x itself, whose address may
+    be off (a view into a larger tensor), any other x a fresh copy. x None: a fresh x."""
     k, n = packed.shape
     step = TENSOR_CORE_GEMV_STEP
-    return packed.vector == 1 and 2 * packed.kept <= packed.m and k % step == 0 and n % step == 0
+    aligned = x is None or not x.is_contiguous() or x.data_ptr() % 16 == 0
+    return packed.vector == 1 and 2 * packed.kept <= packed.m and k % step == 0 and n % step == 0 and aligned
 
 
 def tw_granularity(vector: int) -> int:
