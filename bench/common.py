@@ -253,14 +253,20 @@ def case_notes(rows: Sequence[dict[str, Any]], dtype_name: str, legend: str) -> 
     return notes
 
 
-def bench_parser(description: str, shapes: Sequence[str]) -> argparse.ArgumentParser:
-    """The options every kernel bench takes; each adds its own sweep axes."""
+def sweep_parser(description: str) -> argparse.ArgumentParser:
+    """The options of every seeded sweep that writes a results file; each adds its own sweep axes."""
     parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=None, help="results prefix: writes PREFIX.json and PREFIX.md")
+    return parser
+
+
+def bench_parser(description: str, shapes: Sequence[str]) -> argparse.ArgumentParser:
+    """sweep_parser with the options every kernel bench over named shapes takes."""
+    parser = sweep_parser(description)
     parser.add_argument("--shapes", nargs="*", default=list(shapes), choices=list(shapes))
     parser.add_argument("--dtype", choices=["float16", "bfloat16"], default="float16")
     parser.add_argument("--check-only", action="store_true", help="correctness only, no timing")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=None, help="results prefix: writes PREFIX.json and PREFIX.md")
     return parser
 
 

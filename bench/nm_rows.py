@@ -8,9 +8,7 @@ every timed call reads its weight from HBM (bench.common.Rotation). Run on a GPU
 
 from __future__ import annotations
 
-import argparse
 import math
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -21,6 +19,7 @@ from bench.common import (
     finish_row,
     relative_error,
     require_kernels,
+    sweep_parser,
     time_cuda,
     write_results,
 )
@@ -77,11 +76,9 @@ def run(patterns: list[str], rows_list: list[int], k: int, n: int, seed: int) ->
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = sweep_parser(__doc__.splitlines()[0])
     parser.add_argument("--patterns", nargs="*", default=["2:8", "1:4", "2:4", "1:8", "4:16"])
     parser.add_argument("--rows", nargs="*", type=int, default=[1, 2, 3, 4, 5, 8, 16])
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=None, help="results prefix: writes PREFIX.json and PREFIX.md")
     args = parser.parse_args()
     require_kernels("nm_rows")
     rows = run(args.patterns, args.rows, 4096, 11008, args.seed)

@@ -12,7 +12,6 @@ extension built:
 
 from __future__ import annotations
 
-import argparse
 import math
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from bench.common import (
     finish_row,
     relative_error,
     require_kernels,
+    sweep_parser,
     time_cuda,
     write_results,
 )
@@ -98,11 +98,9 @@ def run(ext: Any, patterns: list[str], widths: list[int], seed: int) -> list[dic
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = sweep_parser(__doc__.splitlines()[0])
     parser.add_argument("--patterns", nargs="*", default=["2:8", "1:4"])
     parser.add_argument("--widths", nargs="*", type=int, default=[11008, 5632], help="N; multiples of 128")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=None, help="results prefix: writes PREFIX.json and PREFIX.md")
     args = parser.parse_args()
     require_kernels("nm_spmv_anatomy")
     source = Path(__file__).with_suffix(".cu")
