@@ -52,15 +52,18 @@ struct Smem {
 };
 static_assert(kCols == kPanel, "a CTA's columns are one panel of the element-wise layout");
 
+// Packed rows per K step (kStepK dense rows): what a stage holds, and what its size follows.
+__host__ __device__ inline int rows_per_step(const PackedNMView& w) { return kStepK / w.m * w.kept; }
+
 template <typename T, int IdxBits>
 __device__ __forceinline__ void gemv_mma(const PackedNMView& w, const Problem& p) {
   constexpr int kIdxRowBytes = kCols * IdxBits / 8;
   extern __shared__ __align__(128) unsigned char smem[];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int m = w.m, kept = w.kept, rows_per_step = kStepK / m * kept;
-  const int stage_bytes = Smem<IdxBits>::stage_bytes(rows_per_step);
-  const int warp_bytes = Smem<IdxBits>::warp_bytes(rows_per_step);
-  const int idx_offset = kXBytes + rows_per_step * kCols * 2;  // a stage's positions, after its values
+  const int m = w.m, kept = w.kept, step_rows = rows_per_step(w);
+  const int stage_bytes = Smem<IdxBits>::stage_bytes(step_rows);
+  const int warp_bytes = Smem<IdxBits>::warp_bytes(step_rows);
+  const int idx_offset = kXBytes + step_rows * kCols * 2;  // a stage's positions, after its values
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kCols;
   const int total_steps = static_cast<int>(w.K / kStepK);
   const int s_begin = static_cast<int>(static_cast<int64_t>(total_steps) * blockIdx.y / gridDim.y);
@@ -78,7 +81,7 @@ __device__ __forceinline__ void gemv_mma(const PackedNMView& w, const Problem& p
   // sources of the warp's first step, advanced by a fixed stride per step.
   const int first = s_begin + warp;
   const int64_t panel = packed_offset(w, 0, n0);  // N % kCols == 0: the CTA's columns are one whole panel
-  const int64_t step_values = static_cast<int64_t>(kWarps) * rows_per_step * kCols;  // elements between its steps
+  const int64_t step_values = static_cast<int64_t>(kWarps) * step_rows * kCols;  // elements between its steps
   const T* x_src[2];
   const T* value_src[2];
   uint32_t x_dst[2], value_dst[2];
@@ -90,12 +93,12 @@ __device__ __forceinline__ void gemv_mma(const PackedNMView& w, const Problem& p
     x_bytes[h] = row < M ? 16 : 0;
     x_src[h] = x + (row < M ? row * p.ldx : 0) + static_cast<int64_t>(first) * kStepK + c * 8;
     x_dst[h] = row * 64 + swizzle<4>(row, c) * 16;
-    value_ok[h] = row < rows_per_step;
-    value_src[h] = vals + panel + (static_cast<int64_t>(first) * rows_per_step + row) * kCols + c * 8;
+    value_ok[h] = row < step_rows;
+    value_src[h] = vals + panel + (static_cast<int64_t>(first) * step_rows + row) * kCols + c * 8;
     value_dst[h] = kXBytes + row * 64 + c * 16;
   }
-  const bool idx_ok = lane * 16 < rows_per_step * kIdxRowBytes;
-  const uint8_t* idx_src = w.idx + (panel + static_cast<int64_t>(first) * rows_per_step * kCols) * IdxBits / 8 + lane * 16;
+  const bool idx_ok = lane * 16 < step_rows * kIdxRowBytes;
+  const uint8_t* idx_src = w.idx + (panel + static_cast<int64_t>(first) * step_rows * kCols) * IdxBits / 8 + lane * 16;
   const int64_t step_idx = step_values * IdxBits / 8;
   // Issues the copies of the warp's next step into the next stage of the ring (steps are copied in order), then moves
   // the sources on by a step: running pointers and stage, where indexing by step cost 50 instructions a step.
@@ -144,7 +147,7 @@ __device__ __forceinline__ void gemv_mma(const PackedNMView& w, const Problem& p
     const uint8_t* positions = stage_ptr + idx_offset + lane * IdxBits / 8;
 #pragma unroll
     for (int r = 0; r < kMaxRows; ++r) {
-      if (r >= rows_per_step) break;
+      if (r >= step_rows) break;
       const int k = by_kept(r) * m + ((positions[r * kIdxRowBytes] >> nibble_shift) & (m - 1));  // stays in its group
       *reinterpret_cast<uint16_t*>(column + k * kTileStride) = packed_vals[r * kCols];
     }
@@ -199,7 +202,7 @@ const char* launch_gemv_mma_typed(const PackedNMView& w, const Problem& p, int s
   constexpr auto kKernel = nm_gemv_mma_kernel<T, IdxBits>;
   if (const char* err = tw::allow_dynamic_smem<kKernel, Smem<IdxBits>::kMaxBytes>()) return err;
   const dim3 grid(static_cast<unsigned>(w.N / kCols), static_cast<unsigned>(splits));
-  const int smem_bytes = Smem<IdxBits>::bytes(static_cast<int>(kStepK / w.m * w.kept));
+  const int smem_bytes = Smem<IdxBits>::bytes(rows_per_step(w));
   return tw::launch_kernel(kKernel, grid, dim3(kThreads), smem_bytes, p.stream, false, w, p);
 }
 
