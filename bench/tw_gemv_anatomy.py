@@ -1,0 +1,137 @@
+"""What the TW GEMV's time at one row of x is made of, against the weight-bytes bound (GPU).
+
+Builds bench/tw_gemv_anatomy.cu with torch's extension loader: the whole-x GEMV reduced to its M = 1 core, the core
+with parts of its work left out (x, then the row indices), and the same bytes split between CTAs by quarters of a
+tile's kept rows instead of 32-column slices (each CTA then reads one contiguous block). They run on the packed
+weights of the TW benchmark's decode case (4096 -> 11008, G = 128, the same masks), beside the GEMV itself, dense
+cuBLAS and cuBLAS on a dense weight of the packed values' bytes, every call reading its weight from HBM
+(bench.common.Rotation). 'bound µs' is dense cuBLAS's time scaled by packed bytes / dense bytes, the time at the
+issue's weight-bytes bound. The core variants are checked against fp32; the others compute other sums and are
+timed only. Run on a GPU with the extension built:
+    python -m bench.tw_gemv_anatomy --out bench/results/tw_h200_gemv_anatomy
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils.cpp_extension import load
+
+from bench.common import (
+    Rotation,
+    case_generator,
+    exit_if_any_failed,
+    finish_row,
+    relative_error,
+    require_kernels,
+    sweep_parser,
+    time_cuda,
+    write_results,
+)
+from bench.tw_bench import SHAPES, bench_tw_mask
+from sparseprune.export.formats.tw import PackedTW, pack_tw
+
+SHAPE = "decode_m1"
+GRANULARITY = 128
+# (key, index in tw_gemv_anatomy.cu's kVariants, what the variant does, whether it computes x @ B)
+PARTS = [
+    (
+        "core",
+        0,
+        "the whole-x GEMV's M = 1 core: 32-column slices, x staged whole, each row's index beside its values",
+        True,
+    ),
+    ("no_x", 1, "the core with the row indices loaded but x neither staged nor read", False),
+    ("bytes_only", 2, "the core's value loads summed, nothing else", False),
+    ("quarters_core", 3, "the core with each CTA on a quarter of the tile's kept rows over all 128 columns", True),
+    ("quarters_bytes_only", 4, "the quarters' value loads summed, nothing else", False),
+]
+COLUMNS = [
+    ("sparsity", "sparsity"),
+    ("tiles", "tiles"),
+    ("packed_mb", "packed MB"),
+    ("dense_us", "dense µs"),
+    ("bound_us", "bound µs"),
+    ("same_bytes_dense_us", "dense, same bytes µs"),
+    ("gemv_us", "TW GEMV µs"),
+    *[(f"{key}_us", f"{key} µs") for key, *_ in PARTS],
+    ("gemv_of_bound", "GEMV / bound"),
+    ("bytes_only_of_bound", "bytes_only / bound"),
+    ("quarters_bytes_only_of_bound", "quarters_bytes_only / bound"),
+    ("rel_err", "worst rel err"),
+]
+
+
+def run_case(ext: Any, sparsity: float, seed: int) -> tuple[dict[str, Any], list[float]]:
+    m, k, n = SHAPES[SHAPE]
+    gen = case_generator(seed, SHAPE, GRANULARITY, sparsity)
+    mask = bench_tw_mask(k, n, GRANULARITY, sparsity, gen).cuda()
+    b = (torch.randn(k, n, generator=gen) / math.sqrt(k)).half().cuda()
+    x = torch.randn(m, k, generator=gen).half().cuda()
+    packed = pack_tw(b, mask, GRANULARITY)
+    ref = x.float() @ (b * mask).float()
+    xt = x.t().contiguous()
+    cols = packed.cols.long()
+    kept = cols >= 0
+    y = torch.empty(packed.num_tiles * 4 * GRANULARITY, device="cuda", dtype=torch.float32)
+    same_bytes = torch.randn(k, packed.values.nbytes // (2 * k), generator=gen).half().cuda()
+
+    row: dict[str, Any] = {"sparsity": sparsity, "tiles": packed.num_tiles, "packed_mb": packed.nbytes() / 1e6}
+    row["dense_us"] = time_cuda(Rotation(lambda w: x @ w, b, b.nbytes, m)).median_us
+    row["bound_us"] = row["dense_us"] * packed.nbytes() / b.nbytes
+    row["same_bytes_dense_us"] = time_cuda(Rotation(lambda w: x @ w, same_bytes, same_bytes.nbytes, m)).median_us
+    row["gemv_us"] = time_cuda(Rotation(lambda p: p.matmul_feature_major(xt), packed, packed.nbytes(), m)).median_us
+    errors = [relative_error(packed.matmul_feature_major(xt).t(), ref)]
+    for key, code, _, computes in PARTS:
+
+        def call(p: PackedTW, code: int = code) -> None:
+            ext.anatomy(code, p.values, p.rows, p.tile_ptr, x[0], y)
+
+        row[f"{key}_us"] = time_cuda(Rotation(call, packed, packed.nbytes(), m)).median_us
+        if computes:
+            y.fill_(float("nan"))
+            call(packed)
+            outputs = packed.num_tiles * GRANULARITY
+            sums = (
+                y.view(packed.num_tiles, 4, GRANULARITY).sum(1).flatten() if key.startswith("quarters") else y[:outputs]
+            )
+            errors.append(relative_error(sums[kept], ref[0, cols[kept]]))
+    for key in ("gemv", "bytes_only", "quarters_bytes_only"):
+        row[f"{key}_of_bound"] = row["bound_us"] / row[f"{key}_us"]
+    return row, errors
+
+
+def main() -> None:
+    parser = sweep_parser(__doc__.splitlines()[0])
+    parser.add_argument("--sparsities", nargs="*", type=float, default=[0.5, 0.75, 0.9])
+    args = parser.parse_args()
+    require_kernels("tw_gemv_anatomy")
+    source = Path(__file__).with_suffix(".cu")
+    ext = load(
+        name="tw_gemv_anatomy",
+        sources=[str(source)],
+        extra_cuda_cflags=["-O3", "-gencode=arch=compute_90a,code=sm_90a"],
+    )
+    rows: list[dict[str, Any]] = []
+    for sparsity in args.sparsities:
+        row, errors = run_case(ext, sparsity, args.seed)
+        finish_row(row, errors, torch.float16, rows, COLUMNS)
+    notes = [
+        f"fp16, {SHAPE} ({' x '.join(map(str, SHAPES[SHAPE]))}), G = {GRANULARITY}, x feature-major, the TW "
+        "benchmark's masks (kept K within ±40% of the mean per tile); medians of CUDA-graph replays, weights read "
+        "from HBM. 'TW GEMV' is the extension's call (kernels_ext/tw_gemv.cu, epilogue and pruned columns included); "
+        "'bound' is the time at the weight-bytes bound (dense µs × packed / dense bytes); 'dense, same bytes' is "
+        "cuBLAS on a dense K x N' weight with the packed values' bytes. The variants of bench/tw_gemv_anatomy.cu:",
+        "",
+        *[f"- {key}: {what}." for key, _, what, _ in PARTS],
+    ]
+    if args.out:
+        write_results(args.out, rows, COLUMNS, notes)
+    exit_if_any_failed(rows)
+
+
+if __name__ == "__main__":
+    main()
