@@ -19,12 +19,15 @@ constexpr int kThreads = 256, kUnroll = 16, kG = 128, kMaxK = 8192;
 enum Part { kCore, kNoX, kBytesOnly };
 
 // A variant: the work it keeps, and how the tile is split between CTAs (slices: 4 CTAs of 32 columns over all
-// kept rows, as the GEMV; quarters: 4 CTAs of all 128 columns over a quarter of the kept rows each).
+// kept rows, as the GEMV; quarters: 4 CTAs of all 128 columns over a quarter of the kept rows each). cluster: the
+// quarters' CTAs form a cluster, and each CTA adds one slice's four partial sums, pushed into its shared memory by
+// the others, so the output is the slices' (tile * 128 + column).
 struct Variant {
   Part part;
-  bool quarters;
+  bool quarters, cluster;
 };
-constexpr Variant kVariants[] = {{kCore, false}, {kNoX, false}, {kBytesOnly, false}, {kCore, true}, {kBytesOnly, true}};
+constexpr Variant kVariants[] = {{kCore, false, false}, {kNoX, false, false},      {kBytesOnly, false, false},
+                                 {kCore, true, false},  {kBytesOnly, true, false}, {kCore, true, true}};
 constexpr int kVariantCount = sizeof(kVariants) / sizeof(kVariants[0]);
 
 struct Args {
@@ -42,10 +45,23 @@ struct Split {
   static constexpr int kLanesN = Quarters ? 16 : 4, kRowSlots = kThreads / kLanesN, kCols = kLanesN * 8;
 };
 
-template <Part P, bool Quarters>
+// Stores v into the shared memory of the cluster's CTA `rank`, at the address `local` has in this CTA.
+__device__ __forceinline__ void store_to_cta(float* local, uint32_t rank, float v) {
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n"
+               : "=r"(remote)
+               : "r"(static_cast<uint32_t>(__cvta_generic_to_shared(local))), "r"(rank));
+  asm volatile("st.shared::cluster.f32 [%0], %1;\n" ::"r"(remote), "f"(v) : "memory");
+}
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+
+template <Part P, bool Quarters, bool Cluster>
 __global__ void __launch_bounds__(kThreads) anatomy_kernel(Args a) {
   using S = Split<Quarters>;
   __shared__ __align__(16) float s_x[kMaxK + 8];
+  __shared__ float s_slice[4][32];  // Cluster: the four quarters' sums of this CTA's slice
   const int tile = blockIdx.x / 4, part = blockIdx.x % 4, tid = threadIdx.x;
   const int p0 = a.tile_ptr[tile], kt = a.tile_ptr[tile + 1] - p0;
   const int quarter = (kt / 4 + 15) / 16 * 16;
@@ -107,8 +123,16 @@ __global__ void __launch_bounds__(kThreads) anatomy_kernel(Args a) {
   if (tid < S::kCols) {
     float s = 0.0f;
     for (int i = 0; i < kThreads / 32; ++i) s += s_x[i * S::kCols + tid];
-    const int64_t out = Quarters ? static_cast<int64_t>(blockIdx.x) * kG + tid : tile * kG + part * 32 + tid;
-    a.y[out] = s;
+    if constexpr (Cluster) {
+      store_to_cta(&s_slice[part][tid % 32], tid / 32, s);  // column tid belongs to the slice of CTA tid / 32
+    } else {
+      const int64_t out = Quarters ? static_cast<int64_t>(blockIdx.x) * kG + tid : tile * kG + part * 32 + tid;
+      a.y[out] = s;
+    }
+  }
+  if constexpr (Cluster) {
+    cluster_sync();  // every quarter's sums have landed
+    if (tid < 32) a.y[tile * kG + part * 32 + tid] = s_slice[0][tid] + s_slice[1][tid] + s_slice[2][tid] + s_slice[3][tid];
   }
 }
 
@@ -117,8 +141,17 @@ void launch_variant(int variant, int ctas, const Args& a, cudaStream_t stream) {
   if constexpr (I < kVariantCount) {
     if (variant != I) return launch_variant<I + 1>(variant, ctas, a, stream);
     constexpr Variant v = kVariants[I];
-    anatomy_kernel<v.part, v.quarters><<<ctas, kThreads, 0, stream>>>(a);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(ctas);
+    config.blockDim = dim3(kThreads);
+    config.stream = stream;
+    cudaLaunchAttribute cluster{};
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim.x = v.cluster ? 4 : 1;
+    cluster.val.clusterDim.y = cluster.val.clusterDim.z = 1;
+    config.attrs = &cluster;
+    config.numAttrs = 1;
+    C10_CUDA_CHECK(cudaLaunchKernelEx(&config, anatomy_kernel<v.part, v.quarters, v.cluster>, a));
   }
 }
 

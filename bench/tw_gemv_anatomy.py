@@ -48,6 +48,13 @@ PARTS = [
     ("bytes_only", 2, "the core's value loads summed, nothing else", False),
     ("quarters_core", 3, "the core with each CTA on a quarter of the tile's kept rows over all 128 columns", True),
     ("quarters_bytes_only", 4, "the quarters' value loads summed, nothing else", False),
+    (
+        "quarters_cluster",
+        5,
+        "quarters_core with the tile's four CTAs in a cluster, each adding one slice's four partial sums (pushed "
+        "into its shared memory by the others) and writing it as core does",
+        True,
+    ),
 ]
 COLUMNS = [
     ("sparsity", "sparsity"),
@@ -95,9 +102,8 @@ def run_case(ext: Any, sparsity: float, seed: int) -> tuple[dict[str, Any], list
             y.fill_(float("nan"))
             call(packed)
             outputs = packed.num_tiles * GRANULARITY
-            sums = (
-                y.view(packed.num_tiles, 4, GRANULARITY).sum(1).flatten() if key.startswith("quarters") else y[:outputs]
-            )
+            per_cta = key in ("quarters_core", "quarters_bytes_only")  # the others write the slices' layout
+            sums = y.view(packed.num_tiles, 4, GRANULARITY).sum(1).flatten() if per_cta else y[:outputs]
             errors.append(relative_error(sums[kept], ref[0, cols[kept]]))
     for key in ("gemv", "bytes_only", "quarters_bytes_only"):
         row[f"{key}_of_bound"] = row["bound_us"] / row[f"{key}_us"]

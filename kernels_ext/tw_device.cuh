@@ -602,8 +602,8 @@ __device__ __forceinline__ void allow_dependent_launch() {
 #endif
 }
 
-// True on devices that take programmatic dependent launches (compute capability 9.0 and later), per device.
-inline bool programmatic_launch_supported() {
+// True on devices of compute capability 9.0 and later (programmatic dependent launches, clusters), per device.
+inline bool sm90_or_later() {
   constexpr int kMaxDevices = 64;
   static int major[kMaxDevices] = {};  // 0: not asked yet
   int device = 0;
@@ -631,7 +631,7 @@ const char* launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, int 
   config.dynamicSmemBytes = static_cast<size_t>(smem);
   config.stream = stream;
   config.attrs = &attr;
-  config.numAttrs = dependent && programmatic_launch_supported() ? 1 : 0;
+  config.numAttrs = dependent && sm90_or_later() ? 1 : 0;
   const cudaError_t err = cudaLaunchKernelEx(&config, kernel, args...);
   return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
 }

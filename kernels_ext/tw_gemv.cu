@@ -14,6 +14,12 @@ namespace tw {
 namespace {
 
 constexpr int kGemvSliceCols = 32;
+// Mean kept rows per tile from which the M = 1 whole-x GEMV splits each tile's rows between its slices' CTAs
+// (tw_gemv_whole_x_kernel with RowShares > 1) instead of its columns. Measured on an H200 on 4096 x 11008
+// (bench/results/tw_h200_gemv_row_shares.md, every whole-x case taking row shares): 4.1% faster at a mean of 2905
+// kept rows (50% sparsity) with G = 128 and 1.7% with G = 64, within -1% to +1.2% at 2063 (75%), 0.8-1.6% slower
+// at 1312 (90%).
+constexpr int kRowShareMinMeanK = 2560;
 constexpr int kGemvThreads = 256;
 constexpr int kGemvWarps = kGemvThreads / 32;
 // Floats of the warps' partial sums of a slice, [warp][MaxM][slice column].
@@ -288,39 +294,101 @@ __global__ void __launch_bounds__(kGemvThreads) tw_gemv_kernel(PackedTile w, Pro
   finish_cuda_core_slice<T, MaxM>(acc, s_x, outputs, fill, w, p);
 }
 
+// Stores v into the shared memory of CTA `rank` of this cluster, at the address `local` has in this CTA.
+__device__ __forceinline__ void store_to_cluster_cta(float* local, int rank, float v) {
+#if __CUDA_ARCH__ >= 900
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(smem_addr(local)), "r"(rank));
+  asm volatile("st.shared::cluster.f32 [%0], %1;\n" ::"r"(remote), "f"(v) : "memory");
+#else
+  __trap();  // the host launches clusters only on sm_90 and later
+#endif
+}
+
+// Barrier of every thread of the cluster; what each wrote into any CTA's shared memory before it is visible after.
+__device__ __forceinline__ void cluster_sync() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+#else
+  __trap();
+#endif
+}
+
+// The end of a row-share CTA (RowShares > 1): its lanes' sums of all 32 * RowShares columns folded (row lanes of
+// the warp, then the warps, through the staging), then each slice's sums pushed into the shared memory of the CTA
+// that finishes that slice, at this CTA's share of `shares` ([share][slice column], zeros past RowShares). After the
+// cluster barrier each CTA finishes its own slice from the shares, as a slice CTA does from its warps' sums.
+template <typename T, int RowShares>
+__device__ __forceinline__ void finish_row_share(float (&acc)[1][8], float* s_x, float* shares,
+                                                 SliceOutputs<T, 1>& outputs, FinalizeCursor<T>& fill,
+                                                 const PackedTile& w, const Problem& p) {
+  constexpr int kLanesN = 4 * RowShares, kCols = kGemvSliceCols * RowShares;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  outputs.fetch_biases(p);
+  fill.fetch_bias(p);
+#pragma unroll
+  for (int e = 0; e < 8; ++e)
+#pragma unroll
+    for (int off = kLanesN; off < 32; off <<= 1) acc[0][e] += __shfl_xor_sync(0xffffffffu, acc[0][e], off);
+  __syncthreads();  // the staging is reused for the warps' sums, [warp][column]
+  if (lane < kLanesN) {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) s_x[warp * kCols + lane * 8 + e] = acc[0][e];
+  }
+  __syncthreads();
+  if (threadIdx.x < kCols) {
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kGemvWarps; ++i) s += s_x[i * kCols + threadIdx.x];
+    const int share = blockIdx.x % RowShares;  // the CTA's rank in its cluster
+    store_to_cluster_cta(shares + share * kGemvSliceCols + threadIdx.x % kGemvSliceCols,
+                         threadIdx.x / kGemvSliceCols, s);
+  }
+  cluster_sync();
+  outputs.finish(shares, w, p);
+  while (!fill.done()) fill.step(w, p);
+}
+
 // M = 1 with all of x staged (K < kGemvStageFloats) when the CTA starts: the kept rows' values and their row
 // indices then stream together, and each value row reads its x from the staging by that index, so no load waits for
 // a row index before x is gathered (the gathering kernel's chain: tile bounds, row indices, rows of x, and only then
 // the first multiply). Entry K of the staging holds a zero for the padding rows (index -1).
-template <typename T>
+// RowShares = 1: the CTA reads its 32-column slice over the tile's kept rows (64-byte pieces of each row).
+// RowShares = G / 32: the tile's CTAs form a cluster and split its kept rows instead of its columns, so each reads a
+// contiguous block of whole rows; the cluster then adds the shares' sums (finish_row_share).
+template <typename T, int RowShares>
 __global__ void __launch_bounds__(kGemvThreads) tw_gemv_whole_x_kernel(PackedTile w, Problem p, int k_split) {
   constexpr int MaxM = 1;
-  using Shape = GemvShape<MaxM>;
-  using Vec = typename Shape::Vec;
+  constexpr int kCols = 8, kLanesN = 4 * RowShares, kRowSlots = kGemvThreads / kLanesN;
+  constexpr int kUnroll = GemvShape<MaxM>::kUnroll;
   allow_dependent_launch();  // a finalize pass may follow
-  constexpr int kCols = Shape::kCols, kRowSlots = Shape::kRowSlots;
-  constexpr int kUnroll = Shape::kUnroll;
   __shared__ __align__(16) float s_x[kGemvStageFloats];
+  __shared__ float s_shares[RowShares > 1 ? kGemvWarps * kGemvSliceCols : 1];
   const SliceWork work(w, k_split);
-  const int kb = work.kb, ke = work.ke;
   const int tid = threadIdx.x;
-  const CudaCoreLane<T, MaxM> me(w, work);
-  const T* vals = me.values;
+  const int per_share = (work.ke - work.kb + RowShares - 1) / RowShares;
+  const int kb = work.kb + work.slice % RowShares * per_share, ke = min(work.ke, kb + per_share);
+  const int lane_n = tid % kLanesN;
+  const int c0 = work.slice / RowShares * kGemvSliceCols * RowShares + lane_n * kCols;  // first column in the tile
+  const T* vals = static_cast<const T*>(w.values) + static_cast<int64_t>(work.p0) * w.granularity + c0;
   const int* rows = w.rows + work.p0;
+  if constexpr (RowShares > 1) {
+    if (tid >= RowShares * kGemvSliceCols) s_shares[tid] = 0.0f;  // the shares past RowShares add nothing
+  }
 
-  Vec v[kUnroll];
+  uint4 v[kUnroll];
   int x_row[kUnroll];
   auto load_batch = [&](int k) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int row = k + u * kRowSlots;
       if (row < ke) {
-        v[u] = __ldg(reinterpret_cast<const Vec*>(vals + static_cast<int64_t>(row) * w.granularity));
+        v[u] = __ldg(reinterpret_cast<const uint4*>(vals + static_cast<int64_t>(row) * w.granularity));
         x_row[u] = __ldg(rows + row);
       }
     }
   };
-  int k = kb + me.slot;
+  int k = kb + tid / kLanesN;
   load_batch(k);
   SliceOutputs<T, MaxM> outputs(w, p, work);
   FinalizeCursor<T> fill = pruned_share<T>(w, p);
@@ -350,7 +418,11 @@ __global__ void __launch_bounds__(kGemvThreads) tw_gemv_whole_x_kernel(PackedTil
     }
     if (k + kRowSlots * kUnroll < ke) load_batch(k + kRowSlots * kUnroll);
   }
-  finish_cuda_core_slice<T, MaxM>(acc, s_x, outputs, fill, w, p);
+  if constexpr (RowShares == 1) {
+    finish_cuda_core_slice<T, MaxM>(acc, s_x, outputs, fill, w, p);
+  } else {
+    finish_row_share<T, RowShares>(acc, s_x, s_shares, outputs, fill, w, p);
+  }
 }
 
 // Tensor cores (kGemvMaxM < M <= kSmallM, x feature-major with 16-byte rows): the rows of x fill the 16 rows of an
@@ -500,6 +572,43 @@ int resident_ctas_per_sm() {
   return ctas;
 }
 
+// Clusters of Cluster CTAs of kKernel that the device holds at once, asked once per process (0 if the device
+// takes no clusters).
+template <auto kKernel, int Cluster>
+int resident_clusters() {
+  static const int clusters = [] {
+    cudaLaunchAttribute attr{};
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = Cluster;
+    attr.val.clusterDim.y = attr.val.clusterDim.z = 1;
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(Cluster);
+    config.blockDim = dim3(kGemvThreads);
+    config.attrs = &attr;
+    config.numAttrs = 1;
+    int n = 0;
+    return cudaOccupancyMaxActiveClusters(&n, kKernel, &config) == cudaSuccess ? n : 0;
+  }();
+  return clusters;
+}
+
+// Launches a GEMV kernel over `grid` in clusters of Cluster consecutive CTAs (a tile's slices).
+template <auto kKernel, int Cluster>
+const char* launch_clustered(dim3 grid, cudaStream_t stream, const PackedTile& w, const Problem& p, int k_split) {
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = Cluster;
+  attr.val.clusterDim.y = attr.val.clusterDim.z = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = dim3(kGemvThreads);
+  config.stream = stream;
+  config.attrs = &attr;
+  config.numAttrs = 1;
+  const cudaError_t err = cudaLaunchKernelEx(&config, kKernel, w, p, k_split);
+  return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
+}
+
 template <typename T>
 const char* launch_typed(const PackedTile& w, const Problem& p, const Plan& plan) {
   const int k_split = std::max(kKStep, cdiv(cdiv(w.max_tile_k, plan.splits), kKStep) * kKStep);
@@ -517,9 +626,17 @@ const char* launch_typed(const PackedTile& w, const Problem& p, const Plan& plan
   // x staged whole where all CTAs run in one round: measured on an H200 (bench/results/tw_h200_gemv_whole_x.md),
   // 2-8% faster at 50-90% sparsity on 4096 x 11008, 4.5% slower at 30%, whose CTAs take two rounds.
   const int64_t ctas = static_cast<int64_t>(grid.x) * grid.y;
-  constexpr auto kWholeX = tw_gemv_whole_x_kernel<T>;
-  if (p.M <= 1 && w.K < kGemvStageFloats && ctas <= resident_ctas_per_sm<kWholeX>() * int64_t{p.num_sms}) {
-    return run(kWholeX);
+  if (p.M <= 1 && w.K < kGemvStageFloats) {
+    if (plan.splits == 1 && w.value_rows >= int64_t{kRowShareMinMeanK} * w.num_tiles && sm90_or_later()) {
+      if (w.granularity == 128 && ctas <= 4LL * resident_clusters<tw_gemv_whole_x_kernel<T, 4>, 4>()) {
+        return launch_clustered<tw_gemv_whole_x_kernel<T, 4>, 4>(grid, p.stream, w, p, k_split);
+      }
+      if (w.granularity == 64 && ctas <= 2LL * resident_clusters<tw_gemv_whole_x_kernel<T, 2>, 2>()) {
+        return launch_clustered<tw_gemv_whole_x_kernel<T, 2>, 2>(grid, p.stream, w, p, k_split);
+      }
+    }
+    constexpr auto kWholeX = tw_gemv_whole_x_kernel<T, 1>;
+    if (ctas <= resident_ctas_per_sm<kWholeX>() * int64_t{p.num_sms}) return run(kWholeX);
   }
   if (p.M <= 1) return run(tw_gemv_kernel<T, 1>);
   if (p.M <= 2) return run(tw_gemv_kernel<T, 2>);

@@ -35,9 +35,19 @@ SHAPES = [
 ]
 
 
-def _case(m: int, k: int, n: int, g: int, dtype: torch.dtype, seed: int, residual: bool, activation: str | None):
+def _case(
+    m: int,
+    k: int,
+    n: int,
+    g: int,
+    dtype: torch.dtype,
+    seed: int,
+    residual: bool,
+    activation: str | None,
+    row_keep: tuple[float, float] = (0.05, 0.8),
+):
     gen = torch.Generator().manual_seed(seed)
-    mask = random_tw_mask(k, n, g, 0.75, (0.05, 0.8), gen, empty_tiles=seed % 2)
+    mask = random_tw_mask(k, n, g, 0.75, row_keep, gen, empty_tiles=seed % 2)
     b = torch.randn(k, n, generator=gen) / math.sqrt(k)
     res_mask = ((torch.rand(k, n, generator=gen) < 0.01) & ~mask) if residual else None
     packed32 = pack_tw(b, mask, g, residual_mask=res_mask).to("cuda")
@@ -110,6 +120,19 @@ def test_small_m_matches_fp32_reference(dtype: torch.dtype, granularity: int) ->
         yt = packed.matmul_feature_major(x.t().contiguous(), bias, act)
         err_fm = rel_err(yt.t(), ref)
         assert err_fm <= KERNEL_TOLERANCE[dtype], f"feature-major M={m} K={k} N={n}: rel err {err_fm:.2e}"
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("granularity", [64, 128])
+def test_gemv_row_shares_match_fp32_reference(dtype: torch.dtype, granularity: int) -> None:
+    """One row of x on tiles that keep most of K (over kRowShareMinMeanK = 2560 rows each on average), enough of them
+    for one round of CTAs: the GEMV splits each tile's kept rows between its slices' CTAs, a cluster that adds the
+    shares."""
+    for seed, act in ((40, "gelu"), (41, None)):  # seed 41 leaves the first tile without rows
+        packed, x, bias, ref = _case(1, 4096, 8200, granularity, dtype, seed, seed == 40, act, row_keep=(0.7, 0.95))
+        assert packed.rows.numel() >= 2560 * packed.num_tiles
+        err = rel_err(packed.matmul_feature_major(x.t().contiguous(), bias, act).t(), ref)
+        assert err <= KERNEL_TOLERANCE[dtype], f"G={granularity} seed={seed}: rel err {err:.2e}"
 
 
 def test_repeated_calls_are_deterministic_without_split() -> None:
