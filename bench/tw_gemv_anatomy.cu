@@ -10,7 +10,12 @@
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAStream.h>
 
+#include "tw_device.cuh"
+
 namespace {
+
+using sparseprune::tw::cluster_sync;
+using sparseprune::tw::store_to_cluster_cta;
 
 constexpr int kThreads = 256, kUnroll = 16, kG = 128, kMaxK = 8192;
 
@@ -44,18 +49,6 @@ template <bool Quarters>
 struct Split {
   static constexpr int kLanesN = Quarters ? 16 : 4, kRowSlots = kThreads / kLanesN, kCols = kLanesN * 8;
 };
-
-// Stores v into the shared memory of the cluster's CTA `rank`, at the address `local` has in this CTA.
-__device__ __forceinline__ void store_to_cta(float* local, uint32_t rank, float v) {
-  uint32_t remote;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n"
-               : "=r"(remote)
-               : "r"(static_cast<uint32_t>(__cvta_generic_to_shared(local))), "r"(rank));
-  asm volatile("st.shared::cluster.f32 [%0], %1;\n" ::"r"(remote), "f"(v) : "memory");
-}
-__device__ __forceinline__ void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-}
 
 template <Part P, bool Quarters, bool Cluster>
 __global__ void __launch_bounds__(kThreads) anatomy_kernel(Args a) {
@@ -124,7 +117,7 @@ __global__ void __launch_bounds__(kThreads) anatomy_kernel(Args a) {
     float s = 0.0f;
     for (int i = 0; i < kThreads / 32; ++i) s += s_x[i * S::kCols + tid];
     if constexpr (Cluster) {
-      store_to_cta(&s_slice[part][tid % 32], tid / 32, s);  // column tid belongs to the slice of CTA tid / 32
+      store_to_cluster_cta(&s_slice[part][tid % 32], tid / 32, s);  // column tid: the slice of CTA tid / 32
     } else {
       const int64_t out = Quarters ? static_cast<int64_t>(blockIdx.x) * kG + tid : tile * kG + part * 32 + tid;
       a.y[out] = s;
@@ -132,7 +125,9 @@ __global__ void __launch_bounds__(kThreads) anatomy_kernel(Args a) {
   }
   if constexpr (Cluster) {
     cluster_sync();  // every quarter's sums have landed
-    if (tid < 32) a.y[tile * kG + part * 32 + tid] = s_slice[0][tid] + s_slice[1][tid] + s_slice[2][tid] + s_slice[3][tid];
+    if (tid < 32) {
+      a.y[tile * kG + part * 32 + tid] = s_slice[0][tid] + s_slice[1][tid] + s_slice[2][tid] + s_slice[3][tid];
+    }
   }
 }
 

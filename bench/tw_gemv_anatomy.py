@@ -119,6 +119,7 @@ def main() -> None:
     ext = load(
         name="tw_gemv_anatomy",
         sources=[str(source)],
+        extra_include_paths=[str(source.parent.parent / "kernels_ext")],
         extra_cuda_cflags=["-O3", "-gencode=arch=compute_90a,code=sm_90a"],
     )
     rows: list[dict[str, Any]] = []

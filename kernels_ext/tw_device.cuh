@@ -602,6 +602,26 @@ __device__ __forceinline__ void allow_dependent_launch() {
 #endif
 }
 
+// Stores v into the shared memory of CTA `rank` of this cluster, at the address `local` has in this CTA.
+__device__ __forceinline__ void store_to_cluster_cta(float* local, int rank, float v) {
+#if __CUDA_ARCH__ >= 900
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(smem_addr(local)), "r"(rank));
+  asm volatile("st.shared::cluster.f32 [%0], %1;\n" ::"r"(remote), "f"(v) : "memory");
+#else
+  __trap();  // the host launches clusters only on sm_90 and later
+#endif
+}
+
+// Barrier of every thread of the cluster; what each wrote into any CTA's shared memory before it is visible after.
+__device__ __forceinline__ void cluster_sync() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+#else
+  __trap();
+#endif
+}
+
 // True on devices of compute capability 9.0 and later (programmatic dependent launches, clusters), per device.
 inline bool sm90_or_later() {
   constexpr int kMaxDevices = 64;

@@ -294,26 +294,6 @@ __global__ void __launch_bounds__(kGemvThreads) tw_gemv_kernel(PackedTile w, Pro
   finish_cuda_core_slice<T, MaxM>(acc, s_x, outputs, fill, w, p);
 }
 
-// Stores v into the shared memory of CTA `rank` of this cluster, at the address `local` has in this CTA.
-__device__ __forceinline__ void store_to_cluster_cta(float* local, int rank, float v) {
-#if __CUDA_ARCH__ >= 900
-  uint32_t remote;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(smem_addr(local)), "r"(rank));
-  asm volatile("st.shared::cluster.f32 [%0], %1;\n" ::"r"(remote), "f"(v) : "memory");
-#else
-  __trap();  // the host launches clusters only on sm_90 and later
-#endif
-}
-
-// Barrier of every thread of the cluster; what each wrote into any CTA's shared memory before it is visible after.
-__device__ __forceinline__ void cluster_sync() {
-#if __CUDA_ARCH__ >= 900
-  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-#else
-  __trap();
-#endif
-}
-
 // The end of a row-share CTA (RowShares > 1): its lanes' sums of all 32 * RowShares columns folded (row lanes of
 // the warp, then the warps, through the staging), then each slice's sums pushed into the shared memory of the CTA
 // that finishes that slice, at this CTA's share of `shares` ([share][slice column], zeros past RowShares). After the
@@ -572,40 +552,41 @@ int resident_ctas_per_sm() {
   return ctas;
 }
 
+// Launch configuration of GEMV CTAs over `grid` in clusters of Cluster consecutive CTAs (a tile's slices).
+template <int Cluster>
+struct ClusterLaunch {
+  cudaLaunchAttribute attr{};
+  cudaLaunchConfig_t config{};
+  ClusterLaunch(dim3 grid, cudaStream_t stream) {
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = Cluster;
+    attr.val.clusterDim.y = attr.val.clusterDim.z = 1;
+    config.gridDim = grid;
+    config.blockDim = dim3(kGemvThreads);
+    config.stream = stream;
+    config.attrs = &attr;
+    config.numAttrs = 1;
+  }
+  ClusterLaunch(const ClusterLaunch&) = delete;  // config points at attr
+  ClusterLaunch& operator=(const ClusterLaunch&) = delete;
+};
+
 // Clusters of Cluster CTAs of kKernel that the device holds at once, asked once per process (0 if the device
 // takes no clusters).
 template <auto kKernel, int Cluster>
 int resident_clusters() {
   static const int clusters = [] {
-    cudaLaunchAttribute attr{};
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = Cluster;
-    attr.val.clusterDim.y = attr.val.clusterDim.z = 1;
-    cudaLaunchConfig_t config{};
-    config.gridDim = dim3(Cluster);
-    config.blockDim = dim3(kGemvThreads);
-    config.attrs = &attr;
-    config.numAttrs = 1;
+    const ClusterLaunch<Cluster> launch(dim3(Cluster), nullptr);
     int n = 0;
-    return cudaOccupancyMaxActiveClusters(&n, kKernel, &config) == cudaSuccess ? n : 0;
+    return cudaOccupancyMaxActiveClusters(&n, kKernel, &launch.config) == cudaSuccess ? n : 0;
   }();
   return clusters;
 }
 
-// Launches a GEMV kernel over `grid` in clusters of Cluster consecutive CTAs (a tile's slices).
 template <auto kKernel, int Cluster>
 const char* launch_clustered(dim3 grid, cudaStream_t stream, const PackedTile& w, const Problem& p, int k_split) {
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeClusterDimension;
-  attr.val.clusterDim.x = Cluster;
-  attr.val.clusterDim.y = attr.val.clusterDim.z = 1;
-  cudaLaunchConfig_t config{};
-  config.gridDim = grid;
-  config.blockDim = dim3(kGemvThreads);
-  config.stream = stream;
-  config.attrs = &attr;
-  config.numAttrs = 1;
-  const cudaError_t err = cudaLaunchKernelEx(&config, kKernel, w, p, k_split);
+  const ClusterLaunch<Cluster> launch(grid, stream);
+  const cudaError_t err = cudaLaunchKernelEx(&launch.config, kKernel, w, p, k_split);
   return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
 }
 
