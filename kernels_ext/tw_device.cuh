@@ -671,19 +671,23 @@ const char* allow_dynamic_smem() {
   return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
 }
 
-// Calls run(Cfg{}) with the CTA configuration among Cfgs whose columns are the tile width G and whose rows are the
-// plan's row block: both Hopper kernels choose among their configurations this way.
-template <typename... Cfgs, typename Run>
-const char* with_tile_config(const PackedTile& w, const Plan& plan, Run run) {
+// Calls run(Cfg{}) with the first CTA configuration among Cfgs whose columns are the tile width G, whose rows are the
+// plan's row block and that `accept`s the call: both Hopper kernels choose among their configurations this way.
+template <typename... Cfgs, typename Run, typename Accept>
+const char* with_tile_config(const PackedTile& w, const Plan& plan, Run run, Accept accept) {
   const char* result = "no CTA configuration for this tile width and row block";
   const auto try_config = [&](auto cfg) {
     using Cfg = decltype(cfg);
-    if (Cfg::kBN != w.granularity || Cfg::kBM != plan.block_m) return false;
+    if (Cfg::kBN != w.granularity || Cfg::kBM != plan.block_m || !accept(cfg)) return false;
     result = run(cfg);
     return true;
   };
   static_cast<void>((try_config(Cfgs{}) || ...));
   return result;
+}
+template <typename... Cfgs, typename Run>
+const char* with_tile_config(const PackedTile& w, const Plan& plan, Run run) {
+  return with_tile_config<Cfgs...>(w, plan, run, [](auto) { return true; });
 }
 
 // Launches a TW GEMM kernel (mma.sync or wgmma) with one CTA per (tile, M block, K split). `Cfg` gives the CTA

@@ -284,8 +284,6 @@ const char* run_finalize(const PackedTile& w, const Problem& p, bool all_columns
                        all_columns);
 }
 
-// Kept K from which a tile's items are long enough for the cooperative 256-row configuration.
-constexpr int kLongItemK = 1024;
 // M from which the warp-specialized kernel never splits K (see make_plan).
 constexpr int64_t kWsSplitMaxM = 1024;
 

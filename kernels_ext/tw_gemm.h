@@ -68,6 +68,9 @@ struct Plan {
 constexpr int kKStep = 32;  // kept K of every tile is padded to a multiple of this
 constexpr int kSmallM = 16;   // M up to this is memory bound: a GEMV streams each packed value once
 constexpr int kGemvMaxM = 8;  // M up to this runs on CUDA cores; above, an x with 16-byte rows on tensor cores
+// Kept K from which a tile's items are long enough for the warp-specialized kernel's configurations that finish only
+// through the direct epilogue (cooperative 256-row items, and the four-stage 192-row ones).
+constexpr int kLongItemK = 1024;
 
 // Kernel family, CTA rows and K splits for this call (also what needs_workspace() decides from).
 Plan make_plan(const PackedTile& w, const Problem& p);

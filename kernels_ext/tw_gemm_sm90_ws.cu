@@ -533,10 +533,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 }
 
 // Cooperative 256-row items (4 stages of 48 KB for G = 128, finishing only through direct_epilogue in passes of 64
-// columns; 4 of 40 KB for G = 64), cooperative 192-row items
-// (3 of 40 KB, 4 of 32 KB), ping-pong 128-row items (4 of 32 KB, 6 of 24 KB), or ping-pong 64-row items (6 of
-// 24 KB, 8 of 16 KB): make_plan's wgmma_block_m chooses.
+// columns; 4 of 40 KB for G = 64), cooperative 192-row items (for G = 128, 4 of 40 KB finishing only through
+// direct_epilogue, else 3 of 40 KB; 4 of 32 KB for G = 64), ping-pong 128-row items (4 of 32 KB, 6 of 24 KB), or
+// ping-pong 64-row items (6 of 24 KB, 8 of 16 KB): make_plan's wgmma_block_m chooses the rows, dispatch the first
+// configuration of them that can finish the call.
 using Ws128x256 = WsConfig<128, 256, 4, true, 64>;
+using Ws128x192Direct = WsConfig<128, 192, 4, true, 64>;
 using Ws128x192 = WsConfig<128, 192, 3, true>;
 using Ws128x128 = WsConfig<128, 128, 4, false>;
 using Ws128x64 = WsConfig<128, 64, 6, false>;
@@ -597,15 +599,28 @@ const char* run_ws(const PackedTile& w, const Problem& p, int splits) {
 
 template <typename... Cfgs>
 struct WsConfigs {
+  // Whether every configuration of this tile width and row block finishes only through direct_epilogue.
   static bool direct_only(int granularity, int block_m) {
-    return ((Cfgs::kBN == granularity && Cfgs::kBM == block_m && Cfgs::kDirectOnly) || ...);
+    const auto finishes_any = [&](int bn, int bm, bool only_direct) {
+      return bn == granularity && bm == block_m && !only_direct;
+    };
+    return !(finishes_any(Cfgs::kBN, Cfgs::kBM, Cfgs::kDirectOnly) || ...);
   }
+  // A direct-only configuration (a deeper ring) takes long items (kLongItemK) into a feature-major y without split-K
+  // or TEW residual, as consume's `direct`; the configuration after it of the same tile width and row block takes
+  // the rest. Measured on an H200 (bench/results/tw_h200_192_direct_tw.md, nm_vw_h200_192_direct_*.md): four-stage
+  // 192-row items were 5-18% faster with 1152-4215 kept rows (vector-wise 2:8 and 2:4 on VGG conv4, 2:4 on BERT FFN
+  // out, TW at 30% on VGG conv4), even at 768, and 6-17% slower with 192-384 (vector-wise on BERT QKV).
   template <typename T>
   static const char* dispatch(const PackedTile& w, const Problem& p, const Plan& plan) {
-    return with_tile_config<Cfgs...>(w, plan, [&](auto cfg) { return run_ws<T, decltype(cfg)>(w, p, plan.splits); });
+    const bool direct = plan.splits == 1 && w.res_ptr == nullptr && p.sym == 1 && w.max_tile_k >= kLongItemK;
+    return with_tile_config<Cfgs...>(
+        w, plan, [&](auto cfg) { return run_ws<T, decltype(cfg)>(w, p, plan.splits); },
+        [&](auto cfg) { return direct || !decltype(cfg)::kDirectOnly; });
   }
 };
-using AllWsConfigs = WsConfigs<Ws128x256, Ws128x192, Ws128x128, Ws128x64, Ws64x256, Ws64x192, Ws64x128, Ws64x64>;
+using AllWsConfigs = WsConfigs<Ws128x256, Ws128x192Direct, Ws128x192, Ws128x128, Ws128x64, Ws64x256, Ws64x192,
+                               Ws64x128, Ws64x64>;
 }  // namespace
 
 const char* launch_wgmma_ws(const PackedTile& w, const Problem& p, const Plan& plan) {
