@@ -306,11 +306,15 @@ int wgmma_block_m(const PackedTile& w, const Problem& p, Path path) {
   }
   // Cooperative 192-row items where they take fewer rows per SM than rounds of 128-row ones, counted 10% dearer
   // (their epilogue is not hidden), and where tiles keep about as many rows each (vector-wise N:M: BERT FFN out at
-  // 2:8 runs as one round of 132 items of 192 rows instead of 192 items of 128 on 132 SMs). With uneven tiles the
-  // heaviest-first schedule already pairs heavy 128-row items with light ones, and 192 rows lost there.
+  // 2:8 runs as one round of 132 items of 192 rows instead of 192 items of 128 on 132 SMs) or the items are long
+  // into a feature-major y (G = 128), which the four-stage 192-row configuration takes. With uneven tiles and three
+  // stages the heaviest-first schedule's pairing of heavy 128-row items with light ones won (BERT FFN out at 40%:
+  // 34.8 against 37.5 us); with four stages and long items 192 rows win (bench/results/tw_h200_192_long_uneven.md:
+  // BERT FFN out at 30-40% and VGG conv4 at 40-50%, 7-25% faster on an H200).
   const auto rows_per_sm = [&](int bm) { return cdiv(items(bm), p.num_sms) * static_cast<int64_t>(bm); };
   const bool even_tiles = 20LL * w.max_tile_k <= 23 * mean_k;
-  if (ws_unsplit && even_tiles && 11 * rows_per_sm(192) < 10 * rows_per_sm(128)) return 192;
+  const bool long_direct = w.granularity == 128 && w.max_tile_k >= kLongItemK && p.sym == 1 && w.res_ptr == nullptr;
+  if (ws_unsplit && (even_tiles || long_direct) && 11 * rows_per_sm(192) < 10 * rows_per_sm(128)) return 192;
   return 128;
 }
 
