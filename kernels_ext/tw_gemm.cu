@@ -313,7 +313,7 @@ int wgmma_block_m(const PackedTile& w, const Problem& p, Path path) {
   // BERT FFN out at 30-40% and VGG conv4 at 40-50%, 7-25% faster on an H200).
   const auto rows_per_sm = [&](int bm) { return cdiv(items(bm), p.num_sms) * static_cast<int64_t>(bm); };
   const bool even_tiles = 20LL * w.max_tile_k <= 23 * mean_k;
-  const bool long_direct = w.granularity == 128 && w.max_tile_k >= kLongItemK && p.sym == 1 && w.res_ptr == nullptr;
+  const bool long_direct = w.granularity == 128 && finishes_long_items_directly(w, p, 1);  // ws_unsplit: no K split
   if (ws_unsplit && (even_tiles || long_direct) && 11 * rows_per_sm(192) < 10 * rows_per_sm(128)) return 192;
   return 128;
 }

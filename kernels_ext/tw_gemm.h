@@ -72,6 +72,13 @@ constexpr int kGemvMaxM = 8;  // M up to this runs on CUDA cores; above, an x wi
 // through the direct epilogue (cooperative 256-row items, and the four-stage 192-row ones).
 constexpr int kLongItemK = 1024;
 
+// Whether the call can take the warp-specialized kernel's configurations that finish only through the direct
+// epilogue: long items into a feature-major y, without split-K or TEW residual. make_plan sends 192-row items on
+// uneven tiles only where it holds, and the dispatch picks the four-stage 192-row configuration by it.
+inline bool finishes_long_items_directly(const PackedTile& w, const Problem& p, int splits) {
+  return splits == 1 && w.res_ptr == nullptr && p.sym == 1 && w.max_tile_k >= kLongItemK;
+}
+
 // Kernel family, CTA rows and K splits for this call (also what needs_workspace() decides from).
 Plan make_plan(const PackedTile& w, const Problem& p);
 // True when the launch needs the zeroed fp32 workspace.

@@ -613,7 +613,7 @@ struct WsConfigs {
   // out, TW at 30% on VGG conv4), even at 768, and 6-17% slower with 192-384 (vector-wise on BERT QKV).
   template <typename T>
   static const char* dispatch(const PackedTile& w, const Problem& p, const Plan& plan) {
-    const bool direct = plan.splits == 1 && w.res_ptr == nullptr && p.sym == 1 && w.max_tile_k >= kLongItemK;
+    const bool direct = finishes_long_items_directly(w, p, plan.splits);
     return with_tile_config<Cfgs...>(
         w, plan, [&](auto cfg) { return run_ws<T, decltype(cfg)>(w, p, plan.splits); },
         [&](auto cfg) { return direct || !decltype(cfg)::kDirectOnly; });
