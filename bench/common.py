@@ -299,6 +299,29 @@ def finish_row(
     print(markdown_table([row], columns).splitlines()[-1], flush=True)
 
 
+def finish_sweep(
+    out: Path | None, rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str]], notes: Sequence[str]
+) -> None:
+    """Writes the results when --out names a prefix, then ends with an error if a case failed its fp32 check."""
+    if out:
+        write_results(out, rows, columns, notes)
+    exit_if_any_failed(rows)
+
+
+def load_bench_extension(bench_file: str) -> Any:
+    """Builds the .cu beside a bench module (same name) with torch's extension loader, for sm_90a, with kernels_ext/ on
+    its include path; the module calls it with its own __file__."""
+    from torch.utils.cpp_extension import load  # only the benches that build their own kernels pay for the import
+
+    source = Path(bench_file).with_suffix(".cu")
+    return load(
+        name=source.stem,
+        sources=[str(source)],
+        extra_include_paths=[str(source.parent.parent / "kernels_ext")],
+        extra_cuda_cflags=["-O3", "-gencode=arch=compute_90a,code=sm_90a"],
+    )
+
+
 def exit_if_any_failed(rows: Sequence[dict[str, Any]], what: str = "cases") -> None:
     """Ends the run with an error when a row failed its check against the fp32 reference (row["passed"])."""
     failed = [r for r in rows if not r["passed"]]

@@ -15,13 +15,12 @@ import torch
 
 from bench.common import (
     Rotation,
-    exit_if_any_failed,
     finish_row,
+    finish_sweep,
     relative_error,
     require_kernels,
     sweep_parser,
     time_cuda,
-    write_results,
 )
 from bench.nm_bench import parse_pattern, random_nm_mask
 from sparseprune.export.formats.nm import (
@@ -88,9 +87,7 @@ def main() -> None:
         "allows; "
         "'sp24' is the sparse-tensor-core route (n/a where this build or device lacks it).",
     ]
-    if args.out:
-        write_results(args.out, rows, COLUMNS, notes)
-    exit_if_any_failed(rows)
+    finish_sweep(args.out, rows, COLUMNS, notes)
 
 
 if __name__ == "__main__":

@@ -13,21 +13,19 @@ extension built:
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Any
 
 import torch
-from torch.utils.cpp_extension import load
 
 from bench.common import (
     Rotation,
-    exit_if_any_failed,
     finish_row,
+    finish_sweep,
+    load_bench_extension,
     relative_error,
     require_kernels,
     sweep_parser,
     time_cuda,
-    write_results,
 )
 from bench.nm_bench import parse_pattern, random_nm_mask
 from sparseprune.export.formats.nm import nm_matmul, pack_nm
@@ -103,13 +101,7 @@ def main() -> None:
     parser.add_argument("--widths", nargs="*", type=int, default=[11008, 5632], help="N; multiples of 128")
     args = parser.parse_args()
     require_kernels("nm_spmv_anatomy")
-    source = Path(__file__).with_suffix(".cu")
-    ext = load(
-        name="nm_spmv_anatomy",
-        sources=[str(source)],
-        extra_include_paths=[str(source.parent.parent / "kernels_ext")],
-        extra_cuda_cflags=["-O3", "-gencode=arch=compute_90a,code=sm_90a"],
-    )
+    ext = load_bench_extension(__file__)
     rows = run(ext, args.patterns, args.widths, args.seed)
     notes = [
         f"fp16, K = {K}, one row of x, element-wise N:M in the 32-column panels with 4-bit positions; medians of "
@@ -119,9 +111,7 @@ def main() -> None:
         "",
         *[f"- {key}: {what}." for key, _, what, _ in PARTS],
     ]
-    if args.out:
-        write_results(args.out, rows, COLUMNS, notes)
-    exit_if_any_failed(rows)
+    finish_sweep(args.out, rows, COLUMNS, notes)
 
 
 if __name__ == "__main__":

@@ -14,22 +14,20 @@ timed only. Run on a GPU with the extension built:
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Any
 
 import torch
-from torch.utils.cpp_extension import load
 
 from bench.common import (
     Rotation,
     case_generator,
-    exit_if_any_failed,
     finish_row,
+    finish_sweep,
+    load_bench_extension,
     relative_error,
     require_kernels,
     sweep_parser,
     time_cuda,
-    write_results,
 )
 from bench.tw_bench import SHAPES, bench_tw_mask
 from sparseprune.export.formats.tw import PackedTW, pack_tw
@@ -115,13 +113,7 @@ def main() -> None:
     parser.add_argument("--sparsities", nargs="*", type=float, default=[0.5, 0.75, 0.9])
     args = parser.parse_args()
     require_kernels("tw_gemv_anatomy")
-    source = Path(__file__).with_suffix(".cu")
-    ext = load(
-        name="tw_gemv_anatomy",
-        sources=[str(source)],
-        extra_include_paths=[str(source.parent.parent / "kernels_ext")],
-        extra_cuda_cflags=["-O3", "-gencode=arch=compute_90a,code=sm_90a"],
-    )
+    ext = load_bench_extension(__file__)
     rows: list[dict[str, Any]] = []
     for sparsity in args.sparsities:
         row, errors = run_case(ext, sparsity, args.seed)
@@ -135,9 +127,7 @@ def main() -> None:
         "",
         *[f"- {key}: {what}." for key, _, what, _ in PARTS],
     ]
-    if args.out:
-        write_results(args.out, rows, COLUMNS, notes)
-    exit_if_any_failed(rows)
+    finish_sweep(args.out, rows, COLUMNS, notes)
 
 
 if __name__ == "__main__":

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
 
-from bench.common import COLD_WEIGHTS_MAX_M, Rotation, exit_if_any_failed, finish_row, worst_error
+from bench.common import COLD_WEIGHTS_MAX_M, Rotation, exit_if_any_failed, finish_row, finish_sweep, worst_error
 
 
 def test_rotation_cycles_copies_that_fill_twice_the_l2() -> None:
@@ -67,3 +69,19 @@ def test_worst_error_keeps_a_nan_wherever_it_sits() -> None:
     assert worst_error([1e-4, 3e-3, 2e-4]) == 3e-3
     assert math.isnan(worst_error([1e-4, float("nan")]))
     assert math.isnan(worst_error(iter([float("nan"), 1e-4])))
+
+
+def test_finish_sweep_writes_the_results_then_fails_on_a_failed_case(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("bench.common.device_name", lambda: "test device")  # no GPU to name here
+    columns = [("case", "case"), ("rel_err", "rel err")]
+    passing = [{"case": "a", "rel_err": 1e-4, "passed": True}]
+    finish_sweep(tmp_path / "ok", passing, columns, ["a note"])
+    written = json.loads((tmp_path / "ok.json").read_text())
+    assert written["rows"] == passing and written["notes"] == ["a note"]
+    assert "| a | 0.0001 |" in (tmp_path / "ok.md").read_text()
+    finish_sweep(None, passing, columns, [])  # no --out: nothing written, nothing raised
+    with pytest.raises(SystemExit, match="1 cases exceeded"):
+        finish_sweep(tmp_path / "bad", [*passing, {"case": "b", "rel_err": 1.0, "passed": False}], columns, [])
+    assert (tmp_path / "bad.json").exists()  # written before the failure ends the run
