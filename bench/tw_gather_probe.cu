@@ -34,6 +34,7 @@ struct Args {
   const int* rows;    // tiles x rows_per_tile kept row indices
   int64_t M;
   int rows_per_tile, tiles, m_blocks;
+  int tile_group;     // items numbered M-block-major within groups of this many tiles (1: tile-major, as the TW kernel)
   int* mismatches;    // chunks that differ from xT (check_stages > 0)
   int check_stages;   // stages each CTA checks, from its first
 };
@@ -73,8 +74,9 @@ __global__ void __launch_bounds__(kThreads, 1) gather_kernel(Args a, const __gri
   int stage = 0;
   uint32_t phase = 0;
   for (int item = blockIdx.x; item < items; item += gridDim.x) {
-    const int tile = item / a.m_blocks;
-    const int64_t m0 = static_cast<int64_t>(item % a.m_blocks) * kBM;
+    const int group = item / (a.tile_group * a.m_blocks), in_group = item % (a.tile_group * a.m_blocks);
+    const int tile = group * a.tile_group + in_group % a.tile_group;
+    const int64_t m0 = static_cast<int64_t>(in_group / a.tile_group) * kBM;
     const int* rows = a.rows + static_cast<int64_t>(tile) * a.rows_per_tile;
     for (int ks = 0; ks < steps; ++ks, stage = (stage + 1) % kRing, phase ^= stage == 0) {
       const uint32_t sa = ring + stage * kStageBytes;
@@ -155,18 +157,20 @@ void launch(const Args& a, const CUtensorMap& map, int grid) {
 }  // namespace
 
 // Gathers rows_per_tile kept rows of xT (K x M, fp16) for every (tile, 256-row M block) item; `rows` holds each
-// tile's kept row indices. check_stages > 0 counts the landed chunks that differ from xT into `mismatches`.
+// tile's kept row indices, and the items go M-block-major within groups of tile_group tiles. check_stages > 0 counts the landed chunks that differ from xT into `mismatches`.
 void gather(int64_t mode, const torch::Tensor& xt, const torch::Tensor& rows, int64_t rows_per_tile,
-            torch::Tensor& mismatches, int64_t check_stages, int64_t grid) {
+            int64_t tile_group, torch::Tensor& mismatches, int64_t check_stages, int64_t grid) {
   TORCH_CHECK(xt.scalar_type() == torch::kHalf && xt.is_contiguous() && xt.size(1) % kBM == 0, "xT: K x M fp16");
   TORCH_CHECK(rows.scalar_type() == torch::kInt && rows.numel() % rows_per_tile == 0 && rows_per_tile % kBK == 0,
               "rows: tiles x rows_per_tile int32, a multiple of 64 each");
+  TORCH_CHECK(tile_group >= 1 && (rows.numel() / rows_per_tile) % tile_group == 0, "tile_group divides the tiles");
   const Args a{reinterpret_cast<const __half*>(xt.data_ptr()),
                rows.data_ptr<int>(),
                xt.size(1),
                static_cast<int>(rows_per_tile),
                static_cast<int>(rows.numel() / rows_per_tile),
                static_cast<int>(xt.size(1) / kBM),
+               static_cast<int>(tile_group),
                mismatches.data_ptr<int>(),
                static_cast<int>(check_stages)};
   const CUtensorMap map = rows_map(xt);

@@ -25,6 +25,7 @@ MODES = [
 ]
 COLUMNS = [
     ("mode", "mode"),
+    ("tile_group", "tiles per group"),
     ("k", "K"),
     ("m", "M"),
     ("tiles", "tiles"),
@@ -36,15 +37,18 @@ COLUMNS = [
 ]
 
 
-def run_mode(ext: Any, mode: int, name: str, xt: torch.Tensor, rows: torch.Tensor, kept: int) -> dict[str, Any]:
+def run_mode(
+    ext: Any, mode: int, name: str, xt: torch.Tensor, rows: torch.Tensor, kept: int, tile_group: int = 1
+) -> dict[str, Any]:
     grid = torch.cuda.get_device_properties(0).multi_processor_count
     mismatches = torch.zeros(1, dtype=torch.int32, device="cuda")
-    ext.gather(mode, xt, rows, kept, mismatches, 8, grid)
+    ext.gather(mode, xt, rows, kept, tile_group, mismatches, 8, grid)
     torch.cuda.synchronize()
-    timing = time_cuda(lambda: ext.gather(mode, xt, rows, kept, mismatches, 0, grid))
+    timing = time_cuda(lambda: ext.gather(mode, xt, rows, kept, tile_group, mismatches, 0, grid))
     tiles = rows.numel() // kept
     gathered = tiles * kept * xt.shape[1] * 2
-    row = {"mode": name, "k": xt.shape[0], "m": xt.shape[1], "tiles": tiles, "kept_rows": kept}
+    row = {"mode": name, "tile_group": tile_group, "k": xt.shape[0], "m": xt.shape[1], "tiles": tiles}
+    row["kept_rows"] = kept
     row |= {"gathered_gb": gathered / 1e9, "us": timing.median_us, "tb_per_s": gathered / timing.median_us / 1e6}
     row["mismatches"] = int(mismatches.item())
     row["passed"] = row["mismatches"] == 0
@@ -57,6 +61,9 @@ def main() -> None:
     parser.add_argument("--m", type=int, default=8192)
     parser.add_argument("--tiles", type=int, default=32)
     parser.add_argument("--kept", type=int, default=4096, help="kept rows per tile (a multiple of 64)")
+    parser.add_argument(
+        "--tile-groups", nargs="*", type=int, default=[4, 32], help="cp.async again with items M-block-major in groups"
+    )
     args = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("tw_gather_probe needs a CUDA GPU")
@@ -66,6 +73,7 @@ def main() -> None:
     rows = torch.stack([torch.randperm(args.k, generator=gen)[: args.kept].sort().values for _ in range(args.tiles)])
     rows = rows.to(torch.int32).cuda()
     results = [run_mode(ext, mode, name, xt, rows, args.kept) for mode, name, _ in MODES]
+    results += [run_mode(ext, 0, MODES[0][1], xt, rows, args.kept, group) for group in args.tile_groups]
     notes = [
         "Medians of CUDA-graph replays of the gather-only kernel of bench/tw_gather_probe.cu: one CTA per SM, "
         "items of 256 M rows of one tile, four stages (six in the last mode) of 64 kept rows x 256 M elements "
@@ -73,6 +81,9 @@ def main() -> None:
         "back when it lands. Modes:",
         "",
         *[f"- {name}: {what}." for _, name, what in MODES],
+        "",
+        "'tiles per group': items numbered M-block-major within groups of that many tiles, so that CTAs at work "
+        "at once share more xT slices (1: tile-major, as the TW kernel numbers them).",
         "",
         "'mismatched chunks' counts 16-byte chunks of each CTA's first 8 stages that differ from xT (0: the layout "
         "wgmma expects).",

@@ -4,6 +4,7 @@
 // whole call. Up to kGemvMaxM rows of x the multiplies run on CUDA cores; above, where those FMAs would set the time,
 // on tensor cores (mma.sync m16n8k16, x feature-major with 16-byte rows).
 #include <algorithm>
+#include <optional>
 #include <type_traits>
 
 #include "mma_sync.cuh"
@@ -590,6 +591,18 @@ const char* launch_clustered(dim3 grid, cudaStream_t stream, const PackedTile& w
   return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
 }
 
+// The row-share GEMV, a tile's G / 32 slice CTAs (Cluster of them) in one cluster, where the tiles are Cluster slices
+// wide and every cluster fits one round; nothing launched (nullopt) otherwise.
+template <typename T, int Cluster>
+std::optional<const char*> launch_row_shares(const PackedTile& w, const Problem& p, dim3 grid, int k_split) {
+  constexpr auto kKernel = tw_gemv_whole_x_kernel<T, Cluster>;
+  const int64_t ctas = static_cast<int64_t>(grid.x) * grid.y;
+  if (w.granularity != Cluster * kGemvSliceCols || ctas > int64_t{Cluster} * resident_clusters<kKernel, Cluster>()) {
+    return std::nullopt;
+  }
+  return launch_clustered<kKernel, Cluster>(grid, p.stream, w, p, k_split);
+}
+
 template <typename T>
 const char* launch_typed(const PackedTile& w, const Problem& p, const Plan& plan) {
   const int k_split = std::max(kKStep, cdiv(cdiv(w.max_tile_k, plan.splits), kKStep) * kKStep);
@@ -609,12 +622,8 @@ const char* launch_typed(const PackedTile& w, const Problem& p, const Plan& plan
   const int64_t ctas = static_cast<int64_t>(grid.x) * grid.y;
   if (p.M <= 1 && w.K < kGemvStageFloats) {
     if (plan.splits == 1 && w.value_rows >= int64_t{kRowShareMinMeanK} * w.num_tiles && sm90_or_later()) {
-      if (w.granularity == 128 && ctas <= 4LL * resident_clusters<tw_gemv_whole_x_kernel<T, 4>, 4>()) {
-        return launch_clustered<tw_gemv_whole_x_kernel<T, 4>, 4>(grid, p.stream, w, p, k_split);
-      }
-      if (w.granularity == 64 && ctas <= 2LL * resident_clusters<tw_gemv_whole_x_kernel<T, 2>, 2>()) {
-        return launch_clustered<tw_gemv_whole_x_kernel<T, 2>, 2>(grid, p.stream, w, p, k_split);
-      }
+      if (const auto launched = launch_row_shares<T, 4>(w, p, grid, k_split)) return *launched;  // G = 128
+      if (const auto launched = launch_row_shares<T, 2>(w, p, grid, k_split)) return *launched;  // G = 64
     }
     constexpr auto kWholeX = tw_gemv_whole_x_kernel<T, 1>;
     if (ctas <= resident_ctas_per_sm<kWholeX>() * int64_t{p.num_sms}) return run(kWholeX);
