@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import json
 import logging
 import math
@@ -320,6 +321,39 @@ def load_bench_extension(bench_file: str) -> Any:
         extra_include_paths=[str(source.parent.parent / "kernels_ext")],
         extra_cuda_cflags=["-O3", "-gencode=arch=compute_90a,code=sm_90a"],
     )
+
+
+def dense_yardsticks(
+    x: torch.Tensor, weight: torch.Tensor, packed_bytes: int, gen: torch.Generator
+) -> tuple[float, float]:
+    """The anatomy benches' two yardsticks, each reading its weight from HBM: median µs of dense cuBLAS x @ weight, and
+    of x @ a random dense K x N' weight of packed_bytes (what cuBLAS makes of the packed weight's bytes)."""
+    k, rows = weight.shape[0], x.shape[0]
+    same_bytes = torch.randn(k, packed_bytes // (2 * k), generator=gen).half().cuda()
+    dense_us = time_cuda(Rotation(lambda w: x @ w, weight, weight.nbytes, rows)).median_us
+    same_bytes_us = time_cuda(Rotation(lambda w: x @ w, same_bytes, same_bytes.nbytes, rows)).median_us
+    return dense_us, same_bytes_us
+
+
+def time_variants(
+    row: dict[str, Any],
+    parts: Sequence[tuple[str, int, str, bool]],
+    run_variant: Callable[[int, W], Any],
+    weight: W,
+    weight_bytes: int,
+    rows: int,
+    error_of: Callable[[str, int], float],
+) -> list[float]:
+    """Times an anatomy bench's variants (key, code in its .cu, what it does, whether it computes x @ B) into
+    row[f"{key}_us"], each call run_variant(code, copy) on rotated copies of `weight`; returns error_of(key, code) for
+    the variants that compute x @ B."""
+    errors = []
+    for key, code, _, computes in parts:
+        call = functools.partial(run_variant, code)
+        row[f"{key}_us"] = time_cuda(Rotation(call, weight, weight_bytes, rows)).median_us
+        if computes:
+            errors.append(error_of(key, code))
+    return errors
 
 
 def exit_if_any_failed(rows: Sequence[dict[str, Any]], what: str = "cases") -> None:

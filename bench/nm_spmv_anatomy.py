@@ -19,6 +19,7 @@ import torch
 
 from bench.common import (
     Rotation,
+    dense_yardsticks,
     finish_row,
     finish_sweep,
     load_bench_extension,
@@ -26,6 +27,7 @@ from bench.common import (
     require_kernels,
     sweep_parser,
     time_cuda,
+    time_variants,
 )
 from bench.nm_bench import parse_pattern, random_nm_mask
 from sparseprune.export.formats.nm import nm_matmul, pack_nm
@@ -60,37 +62,37 @@ COLUMNS = [
 ]
 
 
+def run_case(ext: Any, pattern: str, n: int, gen: torch.Generator) -> tuple[dict[str, Any], list[float]]:
+    kept, m = parse_pattern(pattern)
+    b = (torch.randn(K, n, generator=gen) / math.sqrt(K)).half().cuda()
+    mask = random_nm_mask(K, n, kept, m, 1, gen).cuda()
+    packed = pack_nm(b, mask, m, 1)
+    x = torch.randn(1, K, generator=gen).half().cuda()
+    ref = x.float() @ (b * mask).float()
+    y = torch.empty(n, device="cuda", dtype=torch.float16)
+    row: dict[str, Any] = {"pattern": pattern, "n": n, "packed_mb": packed.nbytes() / 1e6}
+    row["dense_us"], row["same_bytes_dense_us"] = dense_yardsticks(x, b, packed.nbytes(), gen)
+    row["spmv_us"] = time_cuda(Rotation(lambda p: nm_matmul(x, p, kernel="simt"), packed, packed.nbytes(), 1)).median_us
+    errors = [relative_error(nm_matmul(x, packed, kernel="simt"), ref)]
+
+    def run_variant(code: int, p: Any) -> None:
+        ext.anatomy(code, p.values, p.idx, x[0], y, p.m, p.kept)
+
+    def error_of(key: str, code: int) -> float:
+        y.fill_(float("nan"))
+        run_variant(code, packed)
+        return relative_error(y[None], ref)
+
+    errors += time_variants(row, PARTS, run_variant, packed, packed.nbytes(), 1, error_of)
+    return row, errors
+
+
 def run(ext: Any, patterns: list[str], widths: list[int], seed: int) -> list[dict[str, Any]]:
     gen = torch.Generator().manual_seed(seed)
-    results = []
+    results: list[dict[str, Any]] = []
     for pattern in patterns:
-        kept, m = parse_pattern(pattern)
         for n in widths:
-            b = (torch.randn(K, n, generator=gen) / math.sqrt(K)).half().cuda()
-            mask = random_nm_mask(K, n, kept, m, 1, gen).cuda()
-            packed = pack_nm(b, mask, m, 1)
-            x = torch.randn(1, K, generator=gen).half().cuda()
-            ref = x.float() @ (b * mask).float()
-            y = torch.empty(n, device="cuda", dtype=torch.float16)
-            same_bytes = torch.randn(K, packed.nbytes() // (2 * K), generator=gen).half().cuda()
-            row: dict[str, Any] = {"pattern": pattern, "n": n, "packed_mb": packed.nbytes() / 1e6}
-            row["dense_us"] = time_cuda(Rotation(lambda w, x=x: x @ w, b, b.nbytes, 1)).median_us
-            row["same_bytes_dense_us"] = time_cuda(
-                Rotation(lambda w, x=x: x @ w, same_bytes, same_bytes.nbytes, 1)
-            ).median_us
-            spmv = Rotation(lambda p, x=x: nm_matmul(x, p, kernel="simt"), packed, packed.nbytes(), 1)
-            row["spmv_us"] = time_cuda(spmv).median_us
-            errors = [relative_error(nm_matmul(x, packed, kernel="simt"), ref)]
-            for key, code, _, computes in PARTS:
-
-                def call(p: Any, code: int = code, x: torch.Tensor = x, y: torch.Tensor = y) -> None:
-                    ext.anatomy(code, p.values, p.idx, x[0], y, p.m, p.kept)
-
-                row[f"{key}_us"] = time_cuda(Rotation(call, packed, packed.nbytes(), 1)).median_us
-                if computes:
-                    y.fill_(float("nan"))
-                    call(packed)
-                    errors.append(relative_error(y[None], ref))
+            row, errors = run_case(ext, pattern, n, gen)
             finish_row(row, errors, torch.float16, results, COLUMNS)
     return results
 

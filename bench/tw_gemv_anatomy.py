@@ -21,6 +21,7 @@ import torch
 from bench.common import (
     Rotation,
     case_generator,
+    dense_yardsticks,
     finish_row,
     finish_sweep,
     load_bench_extension,
@@ -28,6 +29,7 @@ from bench.common import (
     require_kernels,
     sweep_parser,
     time_cuda,
+    time_variants,
 )
 from bench.tw_bench import SHAPES, bench_tw_mask
 from sparseprune.export.formats.tw import PackedTW, pack_tw
@@ -82,27 +84,25 @@ def run_case(ext: Any, sparsity: float, seed: int) -> tuple[dict[str, Any], list
     cols = packed.cols.long()
     kept = cols >= 0
     y = torch.empty(packed.num_tiles * 4 * GRANULARITY, device="cuda", dtype=torch.float32)
-    same_bytes = torch.randn(k, packed.values.nbytes // (2 * k), generator=gen).half().cuda()
 
     row: dict[str, Any] = {"sparsity": sparsity, "tiles": packed.num_tiles, "packed_mb": packed.nbytes() / 1e6}
-    row["dense_us"] = time_cuda(Rotation(lambda w: x @ w, b, b.nbytes, m)).median_us
+    row["dense_us"], row["same_bytes_dense_us"] = dense_yardsticks(x, b, packed.values.nbytes, gen)
     row["bound_us"] = row["dense_us"] * packed.nbytes() / b.nbytes
-    row["same_bytes_dense_us"] = time_cuda(Rotation(lambda w: x @ w, same_bytes, same_bytes.nbytes, m)).median_us
     row["gemv_us"] = time_cuda(Rotation(lambda p: p.matmul_feature_major(xt), packed, packed.nbytes(), m)).median_us
     errors = [relative_error(packed.matmul_feature_major(xt).t(), ref)]
-    for key, code, _, computes in PARTS:
 
-        def call(p: PackedTW, code: int = code) -> None:
-            ext.anatomy(code, p.values, p.rows, p.tile_ptr, x[0], y)
+    def run_variant(code: int, p: PackedTW) -> None:
+        ext.anatomy(code, p.values, p.rows, p.tile_ptr, x[0], y)
 
-        row[f"{key}_us"] = time_cuda(Rotation(call, packed, packed.nbytes(), m)).median_us
-        if computes:
-            y.fill_(float("nan"))
-            call(packed)
-            outputs = packed.num_tiles * GRANULARITY
-            per_cta = key in ("quarters_core", "quarters_bytes_only")  # the others write the slices' layout
-            sums = y.view(packed.num_tiles, 4, GRANULARITY).sum(1).flatten() if per_cta else y[:outputs]
-            errors.append(relative_error(sums[kept], ref[0, cols[kept]]))
+    def error_of(key: str, code: int) -> float:
+        y.fill_(float("nan"))
+        run_variant(code, packed)
+        outputs = packed.num_tiles * GRANULARITY
+        per_cta = key in ("quarters_core", "quarters_bytes_only")  # the others write the slices' layout
+        sums = y.view(packed.num_tiles, 4, GRANULARITY).sum(1).flatten() if per_cta else y[:outputs]
+        return relative_error(sums[kept], ref[0, cols[kept]])
+
+    errors += time_variants(row, PARTS, run_variant, packed, packed.nbytes(), m, error_of)
     for key in ("gemv", "bytes_only", "quarters_bytes_only"):
         row[f"{key}_of_bound"] = row["bound_us"] / row[f"{key}_us"]
     return row, errors
