@@ -14,6 +14,7 @@ model in fp32 on the same random images before it is timed.
 from __future__ import annotations
 
 import argparse
+import copy
 import logging
 from pathlib import Path
 from typing import Any
@@ -21,8 +22,9 @@ from typing import Any
 import torch
 
 from bench.common import exit_if_any_failed, markdown_table, relative_error, require_kernels, time_cuda, write_results
+from sparseprune.export.layer_choice import slower_sparse_layers, time_layers
 from sparseprune.export.packing import pack_layer
-from sparseprune.export.swap import sparsify
+from sparseprune.export.swap import sparsify, swapped_modules, with_dense_layers
 from sparseprune.gemm_view import find_prunable, from_gemm, to_gemm
 from sparseprune.models.vgg import build_vgg16, vgg16_dense_layers
 from sparseprune.patterns import build_pattern, keep_mask
@@ -43,13 +45,34 @@ COLUMNS = [
     ("dense_us", "dense µs"),
     ("sparse_us", "sparse µs"),
     ("speedup", "×dense"),
+    ("sparse_layers", "layers faster sparse"),
+    ("fastest_us", "fastest choice µs"),
+    ("fastest_speedup", "fastest ×dense"),
     ("rel_err", "rel err vs fp32"),
+    ("fastest_rel_err", "fastest rel err"),
+]
+LAYER_COLUMNS = [
+    ("pattern", "pattern"),
+    ("sparsity", "sparsity"),
+    ("batch", "batch"),
+    ("layer", "layer"),
+    ("input", "input"),
+    ("dense_us", "dense µs"),
+    ("sparse_us", "sparse µs"),
+    ("speedup", "×dense"),
 ]
 LEGEND = (
     "Whole-model forward, fp16, eval mode, medians of CUDA-graph replays; 'dense' is the same model in cuDNN and "
     "cuBLAS with the unpruned weights; 'sparse' is the model with every prunable layer (all but the first "
-    "convolution and the last Linear) swapped for its packed module; 'rel err' compares the sparse model's logits "
-    "with the masked dense model run in fp32."
+    "convolution and the last Linear) swapped for its packed module; 'fastest choice' keeps the masked dense layer "
+    "wherever it ran faster than the sparse one, each timed alone on the input it gets inside the model (as "
+    "export.py's layer_choice=fastest does; the per-layer times are in the _layers file), and 'layers faster sparse' "
+    "counts the layers that stay sparse; 'rel err' compares the logits with the masked dense model run in fp32."
+)
+LAYER_LEGEND = (
+    "Each swapped layer of the whole-model run alone, on the input it gets inside the sparse model (one call, "
+    "median of CUDA-graph replays, fp16): the masked dense layer in cuDNN/cuBLAS against its sparse module "
+    "(im2col + packed kernel for a convolution)."
 )
 
 
@@ -79,24 +102,45 @@ def vgg16() -> torch.nn.Module:
     return build_vgg16(num_classes=1000).eval()
 
 
-def run_case(name: str, sparsity: float, batches: list[int], dense_times: dict[int, float]) -> list[dict[str, Any]]:
+def time_ms(fn: Any) -> float:
+    return time_cuda(fn).median_us / 1e3
+
+
+def run_case(
+    name: str, sparsity: float, batches: list[int], dense_times: dict[int, float]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(whole-model rows, per-layer rows) of one pattern at one sparsity, for each batch size."""
     model = vgg16()
     packed, target = prune_in_place(model, PATTERNS[name], sparsity)
     masked32 = model.cuda()
-    sparse = sparsify(model, find_prunable(model, vgg16_dense_layers(model)), packed).cuda().half()
-    rows = []
+    masked16 = copy.deepcopy(masked32).half()
+    weights = find_prunable(model, vgg16_dense_layers(model))
+    sparse = sparsify(model, weights, packed).cuda().half()
+    rows, layer_rows = [], []
     for batch in batches:
         x = torch.randn(batch, 3, 224, 224, device="cuda")
+        xh = x.half()
+        layers = time_layers(masked16, sparse, swapped_modules(weights, packed), lambda xh=xh: sparse(xh), time_ms)
+        fastest = with_dense_layers(sparse, masked16, slower_sparse_layers(layers))
         with torch.inference_mode():
             ref = masked32(x)
-            xh = x.half()
-            err = relative_error(sparse(xh), ref)
+            err, fastest_err = relative_error(sparse(xh), ref), relative_error(fastest(xh), ref)
             t_sparse = time_cuda(lambda xh=xh: sparse(xh)).median_us
-        rows.append({"pattern": name, "sparsity": target, "batch": batch, "dense_us": dense_times[batch],
-                     "sparse_us": t_sparse, "speedup": dense_times[batch] / t_sparse, "rel_err": err,
-                     "passed": err <= TOLERANCE})  # fmt: skip
-        log.info("%s %.2f batch %d: %.2fx dense, rel err %.1e", name, target, batch, rows[-1]["speedup"], err)
-    return rows
+            t_fastest = time_cuda(lambda xh=xh, net=fastest: net(xh)).median_us
+        case = {"pattern": name, "sparsity": target, "batch": batch}
+        rows.append({**case, "dense_us": dense_times[batch], "sparse_us": t_sparse,
+                     "speedup": dense_times[batch] / t_sparse, "rel_err": err,
+                     "sparse_layers": f"{len(layers) - len(slower_sparse_layers(layers))} of {len(layers)}",
+                     "fastest_us": t_fastest, "fastest_speedup": dense_times[batch] / t_fastest,
+                     "fastest_rel_err": fastest_err,
+                     "passed": max(err, fastest_err) <= TOLERANCE})  # fmt: skip
+        layer_rows += [{**case, "layer": layer, "input": " × ".join(map(str, t.input_shape)),
+                        "dense_us": 1e3 * t.dense_ms, "sparse_us": 1e3 * t.sparse_ms, "speedup": t.speedup}
+                       for layer, t in layers.items()]  # fmt: skip
+        row = rows[-1]
+        log.info("%s %.2f batch %d: %.2fx dense, fastest choice %.2fx (%s layers sparse), rel err %.1e", name, target,
+                 batch, row["speedup"], row["fastest_speedup"], row["sparse_layers"], err)  # fmt: skip
+    return rows, layer_rows
 
 
 def dense_times(batches: list[int]) -> dict[int, float]:
@@ -121,12 +165,15 @@ def main() -> None:
     torch.backends.cudnn.benchmark = True
     dense = dense_times(args.batches)
     rows: list[dict[str, Any]] = []
+    layer_rows: list[dict[str, Any]] = []
     for name in args.patterns:
         fixed = pattern_structure(PATTERNS[name]).fixed_sparsity() is not None
         for sparsity in args.sparsities[:1] if fixed else args.sparsities:
-            rows += run_case(name, sparsity, args.batches, dense)
+            case_rows, case_layers = run_case(name, sparsity, args.batches, dense)
+            rows, layer_rows = rows + case_rows, layer_rows + case_layers
             if args.out:
                 write_results(args.out, rows, COLUMNS, [LEGEND])
+                write_results(args.out.with_name(args.out.name + "_layers"), layer_rows, LAYER_COLUMNS, [LAYER_LEGEND])
     print(markdown_table(rows, COLUMNS))
     exit_if_any_failed(rows, "models")
 

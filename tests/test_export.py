@@ -124,13 +124,19 @@ def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def test_export_round_trip_whole_model(pattern: str, checkpoints: dict[str, Path], tmp_path: Path) -> None:
     cfg = compose_config(
         "export",
-        [f"ckpt={checkpoints[pattern]}", f"out_dir={tmp_path}", "repeats=2", "warmup=1", "batch_size=8"],
+        [f"ckpt={checkpoints[pattern]}", f"out_dir={tmp_path}", "repeats=2", "warmup=1", "batch_size=8",
+         "layer_choice=fastest"],
         tmp_path,
-    )
+    )  # fmt: skip
     report = export(cfg)
     assert report["check"]["fp32_rel_error"] <= 1e-5
     assert report["not_swapped"] == []
     assert report["timing"]["sparse"]["median_ms"] > 0
+    swapped = {name.removesuffix(".weight") for name in report["layers"]}
+    assert set(report["layer_timing"]) == swapped
+    slower = [name for name, row in report["layer_timing"].items() if row["sparse_ms"] > row["dense_ms"]]
+    assert report["fastest"]["dense_layers"] == slower
+    assert report["fastest"]["timed_dtype_rel_error"] <= 1e-5 and report["fastest"]["timing"]["median_ms"] > 0
     meta = json.loads((tmp_path / "packed.json").read_text())
     tensors = load_file(tmp_path / "packed.safetensors")
     assert meta["pattern"]["name"] == pattern and meta["layers"]
@@ -154,3 +160,5 @@ def test_export_bad_checkpoints(tmp_path: Path) -> None:
     torch.save({"state_dict": {}, "callbacks": {}}, unpruned)
     with pytest.raises(UserError, match="no pruning masks"):
         run(unpruned)
+    with pytest.raises(UserError, match="layer_choice must be one of"):
+        export(compose_config("export", [f"ckpt={unpruned}", "layer_choice=dense"], tmp_path))

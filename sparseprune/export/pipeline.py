@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -21,9 +21,10 @@ from sparseprune.batches import to_dtype, transfer_batch
 from sparseprune.checkpoints import load_checkpoint, pruning_state, run_config
 from sparseprune.errors import UserError
 from sparseprune.export.formats.base import PackedWeight
+from sparseprune.export.layer_choice import LAYER_CHOICES, LayerTiming, slower_sparse_layers, time_layers
 from sparseprune.export.packing import pack_layer
-from sparseprune.export.swap import sparsify, unpacked_layers
-from sparseprune.export.timing import time_call
+from sparseprune.export.swap import sparsify, swapped_modules, unpacked_layers, with_dense_layers
+from sparseprune.export.timing import Timing, time_call
 from sparseprune.gemm_view import PrunableWeight, find_prunable, to_gemm
 from sparseprune.masking import MaskedWeights
 
@@ -114,6 +115,8 @@ def check_outputs(dense: Any, sparse: Any, batch: Any) -> float:
 
 def export(cfg: DictConfig) -> dict[str, Any]:
     ckpt = Path(cfg.ckpt)
+    if cfg.layer_choice not in LAYER_CHOICES:
+        raise UserError(f"layer_choice must be one of {list(LAYER_CHOICES)}, got {cfg.layer_choice!r}")
     device = _device(cfg.device)
     dtype = _dtype(cfg.dtype, device)
     model, weights, datamodule, state = rebuild(ckpt, cfg.batch_size)
@@ -129,8 +132,15 @@ def export(cfg: DictConfig) -> dict[str, Any]:
     model, sparse = model.to(dtype), sparse.to(dtype)
     timed_batch = to_dtype(batch, dtype)
     timed_error = check_outputs(model, sparse, timed_batch)
-    dense_time = time_call(lambda: model.predict_batch(timed_batch), device, cfg.warmup, cfg.repeats)
-    sparse_time = time_call(lambda: sparse.predict_batch(timed_batch), device, cfg.warmup, cfg.repeats)
+
+    def timed(fn: Callable[[], object]) -> Timing:
+        return time_call(fn, device, cfg.warmup, cfg.repeats)
+
+    swapped = swapped_modules(weights, packed)
+    layer_times = time_layers(model, sparse, swapped, lambda: sparse.predict_batch(timed_batch),
+                              lambda fn: timed(fn).median_ms)  # fmt: skip
+    dense_time = timed(lambda: model.predict_batch(timed_batch))
+    sparse_time = timed(lambda: sparse.predict_batch(timed_batch))
     report = {
         "checkpoint": str(ckpt),
         "packed_file": str(saved),
@@ -148,9 +158,21 @@ def export(cfg: DictConfig) -> dict[str, Any]:
         },
         "not_swapped": unpacked_layers(weights, packed),
         "check": {"fp32_rel_error": fp32_error, "fp32_tolerance": cfg.tolerance, "timed_dtype_rel_error": timed_error},
+        "layer_timing": {name: _layer_row(t) for name, t in layer_times.items()},
         "timing": {"dense": asdict(dense_time), "sparse": asdict(sparse_time)},
         "speedup": dense_time.median_ms / sparse_time.median_ms,
+        "layer_choice": cfg.layer_choice,
     }
+    if cfg.layer_choice == "fastest":
+        kept_dense = slower_sparse_layers(layer_times)
+        mixed = with_dense_layers(sparse, model, kept_dense)
+        mixed_time = timed(lambda: mixed.predict_batch(timed_batch))
+        report["fastest"] = {
+            "dense_layers": kept_dense,
+            "timed_dtype_rel_error": check_outputs(model, mixed, timed_batch),
+            "timing": asdict(mixed_time),
+            "speedup": dense_time.median_ms / mixed_time.median_ms,
+        }
     (out_dir / "export_report.json").write_text(json.dumps(report, indent=2))
     _print_report(report, out_dir)
     if fp32_error > cfg.tolerance:
@@ -160,6 +182,16 @@ def export(cfg: DictConfig) -> dict[str, Any]:
     return report
 
 
+def _layer_row(timing: LayerTiming) -> dict[str, Any]:
+    return {
+        "calls": timing.calls,
+        "input_shape": list(timing.input_shape),
+        "dense_ms": timing.dense_ms,
+        "sparse_ms": timing.sparse_ms,
+        "speedup": timing.speedup,
+    }
+
+
 def _dense_bytes(packed: PackedWeight, dtype: torch.dtype) -> int:
     k, n = packed.shape
     return k * n * torch.tensor([], dtype=dtype).element_size()
@@ -167,19 +199,7 @@ def _dense_bytes(packed: PackedWeight, dtype: torch.dtype) -> int:
 
 def _print_report(report: dict[str, Any], out_dir: Path) -> None:
     console = Console()
-    sizes = Table(title=f"packed layers ({report['pattern']['name']}, {report['dtype']})")
-    for column in ("layer", "format", "dense KiB", "packed KiB", "ratio"):
-        sizes.add_column(column, justify="right" if column != "layer" else "left")
-    for name, layer in report["layers"].items():
-        ratio = layer["dense_bytes"] / max(layer["packed_bytes"], 1)
-        sizes.add_row(
-            name,
-            layer["format"],
-            f"{layer['dense_bytes'] / 1024:.1f}",
-            f"{layer['packed_bytes'] / 1024:.1f}",
-            f"{ratio:.2f}x",
-        )
-    console.print(sizes)
+    console.print(_sizes_table(report))
     check = report["check"]
     verdict = "PASS" if check["fp32_rel_error"] <= check["fp32_tolerance"] else "FAIL"
     console.print(
@@ -187,14 +207,55 @@ def _print_report(report: dict[str, Any], out_dir: Path) -> None:
         f"(tolerance {check['fp32_tolerance']:.0e}) {verdict}; "
         f"{report['dtype']} rel error {check['timed_dtype_rel_error']:.2e}"
     )
-    timing = Table(title=f"inference, batch {report['batch_size']}, {report['device']}")
-    for column in ("model", "median ms", "p10 ms", "p90 ms"):
-        timing.add_column(column, justify="right")
-    for name in ("dense", "sparse"):
-        t = report["timing"][name]
-        timing.add_row(name, f"{t['median_ms']:.3f}", f"{t['p10_ms']:.3f}", f"{t['p90_ms']:.3f}")
-    console.print(timing)
+    console.print(_layer_timing_table(report))
+    console.print(_timing_table(report))
     console.print(f"speedup (dense / sparse median): {report['speedup']:.2f}x")
+    if "fastest" in report:
+        fastest = report["fastest"]
+        console.print(
+            f"fastest layer choice: {fastest['speedup']:.2f}x dense, with {len(fastest['dense_layers'])} of "
+            f"{len(report['layer_timing'])} swapped layers kept dense: {fastest['dense_layers']}"
+        )
     if report["not_swapped"]:
         console.print(f"[yellow]pruned but computed dense (no sparse module yet): {report['not_swapped']}")
     console.print(f"report: {out_dir / 'export_report.json'}")
+
+
+def _sizes_table(report: dict[str, Any]) -> Table:
+    table = Table(title=f"packed layers ({report['pattern']['name']}, {report['dtype']})")
+    for column in ("layer", "format", "dense KiB", "packed KiB", "ratio"):
+        table.add_column(column, justify="right" if column != "layer" else "left")
+    for name, layer in report["layers"].items():
+        ratio = layer["dense_bytes"] / max(layer["packed_bytes"], 1)
+        table.add_row(
+            name,
+            layer["format"],
+            f"{layer['dense_bytes'] / 1024:.1f}",
+            f"{layer['packed_bytes'] / 1024:.1f}",
+            f"{ratio:.2f}x",
+        )
+    return table
+
+
+def _layer_timing_table(report: dict[str, Any]) -> Table:
+    """Each swapped layer on its own input inside the model: where the sparse kernel wins and where it loses."""
+    table = Table(title="swapped layers, one call each (median)")
+    for column in ("layer", "calls", "input", "dense ms", "sparse ms", "x dense"):
+        table.add_column(column, justify="right" if column != "layer" else "left")
+    for name, row in report["layer_timing"].items():
+        shape = " x ".join(str(size) for size in row["input_shape"])
+        table.add_row(name, str(row["calls"]), shape, f"{row['dense_ms']:.3f}", f"{row['sparse_ms']:.3f}",
+                      f"{row['speedup']:.2f}x")  # fmt: skip
+    return table
+
+
+def _timing_table(report: dict[str, Any]) -> Table:
+    table = Table(title=f"inference, batch {report['batch_size']}, {report['device']}")
+    for column in ("model", "median ms", "p10 ms", "p90 ms"):
+        table.add_column(column, justify="right")
+    rows = dict(report["timing"])
+    if "fastest" in report:
+        rows["fastest layer choice"] = report["fastest"]["timing"]
+    for name, t in rows.items():
+        table.add_row(name, f"{t['median_ms']:.3f}", f"{t['p10_ms']:.3f}", f"{t['p90_ms']:.3f}")
+    return table

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from torch import nn
 
@@ -20,17 +20,30 @@ def _sparse_module(dense: nn.Module, packed: PackedWeight) -> nn.Module:
     raise TypeError(f"no sparse module for {type(dense).__name__}")
 
 
+def _replace(model: nn.Module, module_name: str, module: nn.Module) -> None:
+    parent_name, _, child = module_name.rpartition(".")
+    setattr(model.get_submodule(parent_name) if parent_name else model, child, module)
+
+
+def swapped_modules(weights: list[PrunableWeight], packed: Mapping[str, PackedWeight]) -> dict[str, str]:
+    """{module name: weight name} of the layers `sparsify` replaces: those whose packed weight is their `weight`."""
+    return {w.name.removesuffix(".weight"): w.name for w in weights if w.name in packed and w.param_name == "weight"}
+
+
 def sparsify(model: nn.Module, weights: list[PrunableWeight], packed: Mapping[str, PackedWeight]) -> nn.Module:
     """A deep copy of `model` with each Linear/Conv2d whose weight is in `packed` swapped for its sparse twin."""
     sparse = copy.deepcopy(model)
-    for weight in weights:
-        if weight.name not in packed or weight.param_name != "weight":
-            continue
-        module_name = weight.name.removesuffix(".weight")
-        parent_name, _, child = module_name.rpartition(".")
-        parent = sparse.get_submodule(parent_name) if parent_name else sparse
-        setattr(parent, child, _sparse_module(getattr(parent, child), packed[weight.name]))
+    for module_name, weight_name in swapped_modules(weights, packed).items():
+        _replace(sparse, module_name, _sparse_module(sparse.get_submodule(module_name), packed[weight_name]))
     return sparse
+
+
+def with_dense_layers(sparse: nn.Module, dense: nn.Module, module_names: Iterable[str]) -> nn.Module:
+    """A deep copy of the sparse twin with the named layers taken back from the (masked) dense model."""
+    mixed = copy.deepcopy(sparse)
+    for name in module_names:
+        _replace(mixed, name, copy.deepcopy(dense.get_submodule(name)))
+    return mixed
 
 
 def unpacked_layers(weights: list[PrunableWeight], packed: Mapping[str, PackedWeight]) -> list[str]:

@@ -1,0 +1,83 @@
+"""Per-layer timing of a sparse twin: each swapped layer on its own input, against the masked dense layer.
+
+A sparse kernel wins only where the layer's shape and sparsity let it: on an H200, VGG16's 28 x 28 and 14 x 14
+convolutions at 75% TW beat cuDNN while its 224 x 224 and 112 x 112 ones, whose im2col matrices cuDNN never builds,
+lose more, so the whole model runs slower than dense. Timing every layer on the input it gets inside the model says
+which layers win, and the "fastest" choice keeps the masked dense layer wherever it is faster: its outputs are those
+of the sparse layer (the pruned weights are zeros), only its time differs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+LAYER_CHOICES = ("sparse", "fastest")  # every swapped layer on its sparse kernel, or each on the faster of the two
+
+
+@dataclass(frozen=True)
+class LayerTiming:
+    """One swapped layer: how often a forward pass calls it, its input shape, and one call's time both ways."""
+
+    calls: int
+    input_shape: tuple[int, ...]
+    dense_ms: float
+    sparse_ms: float
+
+    @property
+    def speedup(self) -> float:
+        return self.dense_ms / self.sparse_ms
+
+
+@torch.inference_mode()
+def first_inputs(model: nn.Module, names: Iterable[str], forward: Callable[[], object]) -> dict[str, tuple]:
+    """(first input, calls) of each named submodule over one `forward()` of `model`; inputs are cloned, so later
+    in-place ops of the model cannot change them. Submodules the forward pass never calls are left out."""
+    seen: dict[str, list] = {}
+
+    def record(name: str) -> Callable:
+        def hook(_module: nn.Module, args: tuple) -> None:
+            if name in seen:
+                seen[name][1] += 1
+            else:
+                seen[name] = [args[0].clone(), 1]
+
+        return hook
+
+    handles = [model.get_submodule(name).register_forward_pre_hook(record(name)) for name in names]
+    try:
+        forward()
+    finally:
+        for handle in handles:
+            handle.remove()
+    return {name: (x, calls) for name, (x, calls) in seen.items()}
+
+
+@torch.inference_mode()
+def time_layers(
+    dense: nn.Module,
+    sparse: nn.Module,
+    names: Iterable[str],
+    forward: Callable[[], object],
+    time_ms: Callable[[Callable[[], object]], float],
+) -> dict[str, LayerTiming]:
+    """Each named layer of `sparse` and its namesake in `dense`, timed by `time_ms` (milliseconds per call) on the
+    input `forward()` (a pass of `sparse`) gives it."""
+    timings = {}
+    for name, (x, calls) in first_inputs(sparse, names, forward).items():
+        dense_layer, sparse_layer = dense.get_submodule(name), sparse.get_submodule(name)
+        timings[name] = LayerTiming(
+            calls=calls,
+            input_shape=tuple(x.shape),
+            dense_ms=time_ms(lambda layer=dense_layer, x=x: layer(x)),
+            sparse_ms=time_ms(lambda layer=sparse_layer, x=x: layer(x)),
+        )
+    return timings
+
+
+def slower_sparse_layers(timings: dict[str, LayerTiming]) -> list[str]:
+    """The layers whose sparse kernel took longer than the masked dense layer: "fastest" keeps these dense."""
+    return [name for name, timing in timings.items() if timing.speedup < 1.0]

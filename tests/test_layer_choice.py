@@ -1,0 +1,82 @@
+"""Per-layer timing of a sparse twin: which inputs each layer is timed on, which layers "fastest" keeps dense, and
+that taking a layer back from the dense model leaves the rest of the twin as it was."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from sparseprune.export.layer_choice import LayerTiming, first_inputs, slower_sparse_layers, time_layers
+from sparseprune.export.swap import with_dense_layers
+from sparseprune.export.timing import time_call
+
+
+class Twice(nn.Module):
+    """Calls its `shared` layer twice per forward, as a decoder calls its projection once per step."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first = nn.Linear(4, 6)
+        self.shared = nn.Linear(6, 6)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.first(x))
+        y = self.shared(h)
+        h.zero_()  # in place on the shared layer's first input, after its call
+        return self.shared(y)
+
+
+def test_first_inputs_are_clones_of_each_layers_first_input_with_call_counts() -> None:
+    torch.manual_seed(0)
+    model, x = Twice(), torch.randn(3, 4)
+    inputs = first_inputs(model, ["first", "shared"], lambda: model(x))
+    assert inputs["first"][1] == 1 and inputs["shared"][1] == 2
+    assert torch.equal(inputs["first"][0], x) and inputs["first"][0] is not x
+    assert torch.equal(inputs["shared"][0], torch.relu(model.first(x)))
+    assert not model.first._forward_pre_hooks and not model.shared._forward_pre_hooks  # hooks removed
+
+
+def test_first_inputs_leaves_out_layers_the_forward_never_calls() -> None:
+    model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4))
+    x = torch.randn(2, 4)
+    assert list(first_inputs(model, ["0", "1"], lambda: model[0](x))) == ["0"]
+
+
+def test_slower_sparse_layers_are_exactly_those_slower_than_dense() -> None:
+    timings = {
+        "fast": LayerTiming(1, (8, 4), dense_ms=2.0, sparse_ms=1.0),
+        "slow": LayerTiming(1, (8, 4), dense_ms=1.0, sparse_ms=3.0),
+        "tie": LayerTiming(2, (8, 4), dense_ms=1.0, sparse_ms=1.0),
+        "slightly_slow": LayerTiming(1, (8, 4), dense_ms=1.0, sparse_ms=1.01),
+    }
+    assert timings["fast"].speedup == 2.0
+    assert slower_sparse_layers(timings) == ["slow", "slightly_slow"]
+
+
+def test_time_layers_times_both_twins_on_the_same_recorded_input() -> None:
+    torch.manual_seed(0)
+    dense, x = Twice(), torch.randn(5, 4)
+    twin = Twice()
+    twin.load_state_dict(dense.state_dict())
+    timed: list[object] = []
+
+    def time_ms(fn) -> float:
+        timed.append(fn())
+        return time_call(fn, torch.device("cpu"), 0, 2).median_ms
+
+    timings = time_layers(dense, twin, ["first", "shared"], lambda: twin(x), time_ms)
+    assert timings["first"].input_shape == (5, 4) and timings["shared"].input_shape == (5, 6)
+    assert timings["shared"].calls == 2
+    assert all(t.dense_ms > 0 and t.sparse_ms > 0 for t in timings.values())
+    with torch.inference_mode():
+        expected = [dense.first(x), twin.first(x), dense.shared(torch.relu(dense.first(x)))]
+    assert all(torch.equal(got, want) for got, want in zip(timed[:3], expected, strict=True))  # dense, twin, dense
+
+
+def test_with_dense_layers_takes_back_only_the_named_layers() -> None:
+    dense = nn.Sequential(nn.Linear(4, 4), nn.Sequential(nn.Linear(4, 4), nn.ReLU()))
+    sparse = nn.Sequential(nn.Identity(), nn.Sequential(nn.Identity(), nn.ReLU()))
+    mixed = with_dense_layers(sparse, dense, ["1.0"])
+    assert isinstance(mixed[0], nn.Identity) and isinstance(mixed[1][0], nn.Linear)
+    assert torch.equal(mixed[1][0].weight, dense[1][0].weight) and mixed[1][0] is not dense[1][0]
+    assert isinstance(sparse[1][0], nn.Identity)  # the twin itself is unchanged
