@@ -67,8 +67,8 @@ def time_layers(
     """Each named layer of `sparse` and its namesake in `dense`, timed by `time_ms` (milliseconds per call) on the
     input `forward()` (a pass of `sparse`) gives it. Each output is made contiguous within the timed call, as a dense
     layer after it would need it: a sparse convolution over several images leaves its output as a transposed view
-    (H200, VGG16 at eight images: chosen by
-    times without that copy, the model ran at 0.91-0.98x dense; with it, at 0.99-1.02x)."""
+    (H200, VGG16 at eight images: chosen by times without that copy, the model ran at 0.91-0.98x dense; with it, at
+    0.99-1.02x)."""
     timings = {}
     for name, (x, calls) in first_inputs(sparse, names, forward).items():
         dense_layer, sparse_layer = dense.get_submodule(name), sparse.get_submodule(name)
