@@ -134,7 +134,7 @@ def export(cfg: DictConfig) -> dict[str, Any]:
     timed_error = check_outputs(model, sparse, timed_batch)
 
     def timed(fn: Callable[[], object]) -> Timing:
-        return time_call(fn, device, cfg.warmup, cfg.repeats)
+        return time_call(fn, device, cfg.warmup, cfg.repeats, cfg.cuda_graph)
 
     swapped = swapped_modules(weights, packed)
     layer_times = time_layers(model, sparse, swapped, lambda: sparse.predict_batch(timed_batch),
@@ -251,11 +251,12 @@ def _layer_timing_table(report: dict[str, Any]) -> Table:
 
 def _timing_table(report: dict[str, Any]) -> Table:
     table = Table(title=f"inference, batch {report['batch_size']}, {report['device']}")
-    for column in ("model", "median ms", "p10 ms", "p90 ms"):
+    for column in ("model", "median ms", "p10 ms", "p90 ms", "timed as"):
         table.add_column(column, justify="right")
     rows = dict(report["timing"])
     if "fastest" in report:
         rows["fastest layer choice"] = report["fastest"]["timing"]
     for name, t in rows.items():
-        table.add_row(name, f"{t['median_ms']:.3f}", f"{t['p10_ms']:.3f}", f"{t['p90_ms']:.3f}")
+        how = "CUDA graph" if t["cuda_graph"] else "eager calls"
+        table.add_row(name, f"{t['median_ms']:.3f}", f"{t['p10_ms']:.3f}", f"{t['p90_ms']:.3f}", how)
     return table

@@ -1,0 +1,38 @@
+"""export's timing: every warm-up and timed call runs the work; on CUDA a capturable pass is timed as CUDA-graph
+replays and one that syncs with the host falls back to eager calls."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from sparseprune.export.timing import time_call
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+def test_cpu_timing_runs_every_call_eagerly() -> None:
+    counter = torch.zeros(1)
+    timing = time_call(lambda: counter.add_(1), torch.device("cpu"), warmup=2, repeats=3)
+    assert counter.item() == 5 and not timing.cuda_graph
+    assert timing.repeats == 3 and 0 <= timing.p10_ms <= timing.median_ms <= timing.p90_ms
+
+
+@pytest.mark.gpu
+@cuda
+def test_cuda_timing_replays_a_captured_graph() -> None:
+    device = torch.device("cuda")
+    counter = torch.zeros(1, device=device)
+    timing = time_call(lambda: counter.add_(1), device, warmup=2, repeats=3)
+    assert timing.cuda_graph and counter.item() == 5  # capture runs nothing; each replay adds one
+    assert 0 < timing.p10_ms <= timing.median_ms <= timing.p90_ms
+
+
+@pytest.mark.gpu
+@cuda
+def test_cuda_timing_falls_back_to_eager_calls_where_capture_fails() -> None:
+    device = torch.device("cuda")
+    counter = torch.zeros(1, device=device)
+    timing = time_call(lambda: counter.add_(1).sum().item(), device, warmup=2, repeats=3)  # .item() syncs
+    assert not timing.cuda_graph and counter.item() == 5
+    assert torch.ones(4, device=device).sum().item() == 4  # the device still works after the failed capture
