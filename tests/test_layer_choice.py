@@ -36,10 +36,10 @@ def test_first_inputs_are_clones_of_each_layers_first_input_with_call_counts() -
     assert not model.first._forward_pre_hooks and not model.shared._forward_pre_hooks  # hooks removed
 
 
-def test_first_inputs_leaves_out_layers_the_forward_never_calls() -> None:
-    model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4))
+def test_first_inputs_leaves_out_layers_the_forward_never_calls_with_an_input() -> None:
+    model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4), nn.Linear(4, 4))
     x = torch.randn(2, 4)
-    assert list(first_inputs(model, ["0", "1"], lambda: model[0](x))) == ["0"]
+    assert list(first_inputs(model, ["0", "1", "2"], lambda: (model[0](x), model[2](input=x)))) == ["0"]
 
 
 def test_slower_sparse_layers_are_exactly_those_slower_than_dense() -> None:

@@ -35,11 +35,14 @@ class LayerTiming:
 @torch.inference_mode()
 def first_inputs(model: nn.Module, names: Iterable[str], forward: Callable[[], object]) -> dict[str, tuple]:
     """(first input, calls) of each named submodule over one `forward()` of `model`; inputs are cloned, so later
-    in-place ops of the model cannot change them. Submodules the forward pass never calls are left out."""
+    in-place ops of the model cannot change them. Submodules the forward pass never calls with a positional input
+    are left out."""
     seen: dict[str, list] = {}
 
     def record(name: str) -> Callable:
         def hook(_module: nn.Module, args: tuple) -> None:
+            if not args:
+                return
             if name in seen:
                 seen[name][1] += 1
             else:
