@@ -1,5 +1,7 @@
 """Whole-model inference on a GPU: VGG16 on 224 x 224 images in cuDNN against its sparse twin, as export.py builds
-it (every prunable weight packed and its module swapped), one pattern at a time.
+it (every prunable weight packed and its module swapped), and against the twin with each layer on whichever of its
+sparse kernel and the masked dense layer ran faster alone (export.py's layer_choice=fastest), one pattern at a time;
+PREFIX_layers holds those per-layer times.
 
 Run from the repository root on a GPU with the extension built:
     python -m bench.model_bench --out bench/results/model_h200
