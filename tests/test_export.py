@@ -136,7 +136,9 @@ def test_export_round_trip_whole_model(pattern: str, checkpoints: dict[str, Path
     assert set(report["layer_timing"]) == swapped
     slower = [name for name, row in report["layer_timing"].items() if row["sparse_ms"] > row["dense_ms"]]
     assert report["fastest"]["dense_layers"] == slower
-    assert report["fastest"]["timed_dtype_rel_error"] <= 1e-5 and report["fastest"]["timing"]["median_ms"] > 0
+    timed_tolerance = 1e-5 if report["dtype"] == "float32" else 2e-3  # fp16 on a GPU
+    assert report["fastest"]["timed_dtype_rel_error"] <= timed_tolerance
+    assert report["fastest"]["timing"]["median_ms"] > 0
     meta = json.loads((tmp_path / "packed.json").read_text())
     tensors = load_file(tmp_path / "packed.safetensors")
     assert meta["pattern"]["name"] == pattern and meta["layers"]
