@@ -9,7 +9,6 @@ import argparse
 import copy
 import functools
 import json
-import logging
 import math
 import shlex
 import statistics
@@ -25,8 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from sparseprune.export.formats.extension import load_kernels
-
-log = logging.getLogger(__name__)
+from sparseprune.export.timing import capture_graph
 
 TOLERANCE = {torch.float16: 2e-3, torch.bfloat16: 1e-2}  # relative error vs the fp32 reference
 COLD_WEIGHTS_MAX_M = 16  # rows of x up to which a timed call reads its weights from HBM (the decode sizes)
@@ -101,16 +99,8 @@ def time_cuda(fn: Callable[[], Any], warmup: int = 3, samples: int = 15, graph: 
         for _ in range(calls):
             fn()
 
-    run, graphed = batch, False
-    if graph:
-        try:
-            cuda_graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(cuda_graph):
-                batch()
-            run, graphed = cuda_graph.replay, True
-        except RuntimeError as err:  # say so: eager batches include host overhead that graphs leave out
-            log.warning("CUDA graph capture failed, timing eager batches: %s", str(err).splitlines()[0])
-            torch.cuda.synchronize()
+    replay = capture_graph(batch, torch.device("cuda")) if graph else None  # warns where it falls back to eager
+    run, graphed = (replay, True) if replay is not None else (batch, False)
     run()
     times = []
     for _ in range(samples):
