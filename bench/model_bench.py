@@ -24,9 +24,9 @@ from typing import Any
 import torch
 
 from bench.common import exit_if_any_failed, markdown_table, relative_error, require_kernels, time_cuda, write_results
-from sparseprune.export.layer_choice import slower_sparse_layers, time_layers
+from sparseprune.export.layer_choice import fastest_twin, time_layers
 from sparseprune.export.packing import pack_layer
-from sparseprune.export.swap import sparsify, swapped_modules, with_dense_layers
+from sparseprune.export.swap import sparsify, swapped_modules
 from sparseprune.gemm_view import find_prunable, from_gemm, to_gemm
 from sparseprune.models.vgg import build_vgg16, vgg16_dense_layers
 from sparseprune.patterns import build_pattern, keep_mask
@@ -123,7 +123,7 @@ def run_case(
         x = torch.randn(batch, 3, 224, 224, device="cuda")
         xh = x.half()
         layers = time_layers(masked16, sparse, swapped_modules(weights, packed), lambda xh=xh: sparse(xh), time_ms)
-        fastest = with_dense_layers(sparse, masked16, slower_sparse_layers(layers))
+        fastest, kept_dense = fastest_twin(sparse, masked16, layers)
         with torch.inference_mode():
             ref = masked32(x)
             err, fastest_err = relative_error(sparse(xh), ref), relative_error(fastest(xh), ref)
@@ -132,7 +132,7 @@ def run_case(
         case = {"pattern": name, "sparsity": target, "batch": batch}
         rows.append({**case, "dense_us": dense_times[batch], "sparse_us": t_sparse,
                      "speedup": dense_times[batch] / t_sparse, "rel_err": err,
-                     "sparse_layers": f"{len(layers) - len(slower_sparse_layers(layers))} of {len(layers)}",
+                     "sparse_layers": f"{len(layers) - len(kept_dense)} of {len(layers)}",
                      "fastest_us": t_fastest, "fastest_speedup": dense_times[batch] / t_fastest,
                      "fastest_rel_err": fastest_err,
                      "passed": max(err, fastest_err) <= TOLERANCE})  # fmt: skip

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from sparseprune.export.layer_choice import LayerTiming, first_inputs, slower_sparse_layers, time_layers
+from sparseprune.export.layer_choice import LayerTiming, fastest_twin, first_inputs, slower_sparse_layers, time_layers
 from sparseprune.export.swap import with_dense_layers
 from sparseprune.export.timing import time_call
 
@@ -80,3 +80,11 @@ def test_with_dense_layers_takes_back_only_the_named_layers() -> None:
     assert isinstance(mixed[0], nn.Identity) and isinstance(mixed[1][0], nn.Linear)
     assert torch.equal(mixed[1][0].weight, dense[1][0].weight) and mixed[1][0] is not dense[1][0]
     assert isinstance(sparse[1][0], nn.Identity)  # the twin itself is unchanged
+
+
+def test_fastest_twin_takes_back_exactly_the_slower_layers() -> None:
+    dense = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4))
+    sparse = nn.Sequential(nn.Identity(), nn.Identity())
+    timings = {"0": LayerTiming(1, (2, 4), dense_ms=1.0, sparse_ms=2.0), "1": LayerTiming(1, (2, 4), 2.0, 1.0)}
+    twin, kept_dense = fastest_twin(sparse, dense, timings)
+    assert kept_dense == ["0"] and isinstance(twin[0], nn.Linear) and isinstance(twin[1], nn.Identity)

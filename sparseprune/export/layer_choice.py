@@ -15,6 +15,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from sparseprune.export.swap import with_dense_layers
+
 LAYER_CHOICES = ("sparse", "fastest")  # every swapped layer on its sparse kernel, or each on the faster of the two
 
 
@@ -87,3 +89,10 @@ def time_layers(
 def slower_sparse_layers(timings: dict[str, LayerTiming]) -> list[str]:
     """The layers whose sparse kernel took longer than the masked dense layer: "fastest" keeps these dense."""
     return [name for name, timing in timings.items() if timing.speedup < 1.0]
+
+
+def fastest_twin(sparse: nn.Module, dense: nn.Module, timings: dict[str, LayerTiming]) -> tuple[nn.Module, list[str]]:
+    """The "fastest" choice: a copy of the sparse twin with its slower sparse layers taken back from the masked dense
+    model, and the names of those layers."""
+    kept_dense = slower_sparse_layers(timings)
+    return with_dense_layers(sparse, dense, kept_dense), kept_dense

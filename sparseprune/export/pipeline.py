@@ -21,9 +21,9 @@ from sparseprune.batches import to_dtype, transfer_batch
 from sparseprune.checkpoints import load_checkpoint, pruning_state, run_config
 from sparseprune.errors import UserError
 from sparseprune.export.formats.base import PackedWeight
-from sparseprune.export.layer_choice import LAYER_CHOICES, LayerTiming, slower_sparse_layers, time_layers
+from sparseprune.export.layer_choice import LAYER_CHOICES, fastest_twin, time_layers
 from sparseprune.export.packing import pack_layer
-from sparseprune.export.swap import sparsify, swapped_modules, unpacked_layers, with_dense_layers
+from sparseprune.export.swap import sparsify, swapped_modules, unpacked_layers
 from sparseprune.export.timing import Timing, time_call
 from sparseprune.gemm_view import PrunableWeight, find_prunable, to_gemm
 from sparseprune.masking import MaskedWeights
@@ -158,14 +158,13 @@ def export(cfg: DictConfig) -> dict[str, Any]:
         },
         "not_swapped": unpacked_layers(weights, packed),
         "check": {"fp32_rel_error": fp32_error, "fp32_tolerance": cfg.tolerance, "timed_dtype_rel_error": timed_error},
-        "layer_timing": {name: _layer_row(t) for name, t in layer_times.items()},
+        "layer_timing": {name: {**asdict(t), "speedup": t.speedup} for name, t in layer_times.items()},
         "timing": {"dense": asdict(dense_time), "sparse": asdict(sparse_time)},
         "speedup": dense_time.median_ms / sparse_time.median_ms,
         "layer_choice": cfg.layer_choice,
     }
     if cfg.layer_choice == "fastest":
-        kept_dense = slower_sparse_layers(layer_times)
-        mixed = with_dense_layers(sparse, model, kept_dense)
+        mixed, kept_dense = fastest_twin(sparse, model, layer_times)
         mixed_time = timed(lambda: mixed.predict_batch(timed_batch))
         report["fastest"] = {
             "dense_layers": kept_dense,
@@ -180,16 +179,6 @@ def export(cfg: DictConfig) -> dict[str, Any]:
             f"sparse outputs differ from the masked dense model: rel error {fp32_error:.2e} > {cfg.tolerance}"
         )
     return report
-
-
-def _layer_row(timing: LayerTiming) -> dict[str, Any]:
-    return {
-        "calls": timing.calls,
-        "input_shape": list(timing.input_shape),
-        "dense_ms": timing.dense_ms,
-        "sparse_ms": timing.sparse_ms,
-        "speedup": timing.speedup,
-    }
 
 
 def _dense_bytes(packed: PackedWeight, dtype: torch.dtype) -> int:
