@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from bench.common import exit_if_any_failed, markdown_table, relative_error, require_kernels, time_cuda, write_results
+from sparseprune.export.fold import fold_batch_norms
 from sparseprune.export.layer_choice import fastest_twin, time_layers
 from sparseprune.export.packing import pack_layer
 from sparseprune.export.swap import sparsify, swapped_modules
@@ -44,6 +45,7 @@ COLUMNS = [
     ("pattern", "pattern"),
     ("sparsity", "sparsity"),
     ("batch", "batch"),
+    ("batch_norms", "batch norms"),
     ("dense_us", "dense µs"),
     ("sparse_us", "sparse µs"),
     ("speedup", "×dense"),
@@ -64,7 +66,8 @@ LAYER_COLUMNS = [
     ("speedup", "×dense"),
 ]
 LEGEND = (
-    "Whole-model forward, fp16, eval mode, medians of CUDA-graph replays; 'dense' is the same model in cuDNN and "
+    "Whole-model forward, fp16, eval mode, medians of CUDA-graph replays, batch norms folded into the convolutions in "
+    "both models as export.py folds them (unless 'kept'); 'dense' is the same model in cuDNN and "
     "cuBLAS with the unpruned weights; 'sparse' is the model with every prunable layer (all but the first "
     "convolution and the last Linear) swapped for its packed module; 'fastest choice' keeps the masked dense layer "
     "wherever it ran faster than the sparse one, each timed alone on the input it gets inside the model (as "
@@ -99,9 +102,13 @@ def prune_in_place(model: torch.nn.Module, pattern: dict[str, Any], sparsity: fl
     return packed, target
 
 
-def vgg16() -> torch.nn.Module:
+def vgg16(fold: bool) -> torch.nn.Module:
+    """The benchmark's VGG16 in eval mode, its batch norms folded into the convolutions as export.py folds them."""
     torch.manual_seed(0)
-    return build_vgg16(num_classes=1000).eval()
+    model = build_vgg16(num_classes=1000).eval()
+    if fold:
+        fold_batch_norms(model)
+    return model
 
 
 def time_ms(fn: Any) -> float:
@@ -109,10 +116,10 @@ def time_ms(fn: Any) -> float:
 
 
 def run_case(
-    name: str, sparsity: float, batches: list[int], dense_times: dict[int, float]
+    name: str, sparsity: float, batches: list[int], dense_times: dict[int, float], fold: bool
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(whole-model rows, per-layer rows) of one pattern at one sparsity, for each batch size."""
-    model = vgg16()
+    model = vgg16(fold)
     packed, target = prune_in_place(model, PATTERNS[name], sparsity)
     masked32 = model.cuda()
     masked16 = copy.deepcopy(masked32).half()
@@ -129,7 +136,7 @@ def run_case(
             err, fastest_err = relative_error(sparse(xh), ref), relative_error(fastest(xh), ref)
             t_sparse = time_cuda(lambda xh=xh: sparse(xh)).median_us
             t_fastest = time_cuda(lambda xh=xh, net=fastest: net(xh)).median_us
-        case = {"pattern": name, "sparsity": target, "batch": batch}
+        case = {"pattern": name, "sparsity": target, "batch": batch, "batch_norms": "folded" if fold else "kept"}
         rows.append({**case, "dense_us": dense_times[batch], "sparse_us": t_sparse,
                      "speedup": dense_times[batch] / t_sparse, "rel_err": err,
                      "sparse_layers": f"{len(layers) - len(kept_dense)} of {len(layers)}",
@@ -145,8 +152,8 @@ def run_case(
     return rows, layer_rows
 
 
-def dense_times(batches: list[int]) -> dict[int, float]:
-    model = vgg16().cuda().half()
+def dense_times(batches: list[int], fold: bool) -> dict[int, float]:
+    model = vgg16(fold).cuda().half()
     times = {}
     for batch in batches:
         x = torch.randn(batch, 3, 224, 224, device="cuda", dtype=torch.float16)
@@ -160,18 +167,20 @@ def main() -> None:
     parser.add_argument("--patterns", nargs="*", default=list(PATTERNS), choices=list(PATTERNS))
     parser.add_argument("--sparsities", nargs="*", type=float, default=[0.75, 0.9], help="for patterns without N:M")
     parser.add_argument("--batches", nargs="*", type=int, default=[1, 8])
+    parser.add_argument("--keep-batch-norms", action="store_true", help="time the norms instead of folding them")
     parser.add_argument("--out", type=Path, default=None, help="results prefix: writes PREFIX.json and PREFIX.md")
     args = parser.parse_args()
+    fold = not args.keep_batch_norms
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     require_kernels("model_bench")
     torch.backends.cudnn.benchmark = True
-    dense = dense_times(args.batches)
+    dense = dense_times(args.batches, fold)
     rows: list[dict[str, Any]] = []
     layer_rows: list[dict[str, Any]] = []
     for name in args.patterns:
         fixed = pattern_structure(PATTERNS[name]).fixed_sparsity() is not None
         for sparsity in args.sparsities[:1] if fixed else args.sparsities:
-            case_rows, case_layers = run_case(name, sparsity, args.batches, dense)
+            case_rows, case_layers = run_case(name, sparsity, args.batches, dense, fold)
             rows, layer_rows = rows + case_rows, layer_rows + case_layers
             if args.out:
                 write_results(args.out, rows, COLUMNS, [LEGEND])

@@ -15,7 +15,7 @@ from safetensors.torch import load_file
 from sparseprune.errors import UserError
 from sparseprune.export.packing import pack_layer, packed_from_tensors
 from sparseprune.export.pipeline import export
-from sparseprune.export.sparse_modules import SparseConv2d, im2col
+from sparseprune.export.sparse_modules import SparseConv2d, StorageOrderMaxPool2d, im2col
 from sparseprune.patterns import build_pattern, keep_mask
 from sparseprune.training import train
 
@@ -98,6 +98,16 @@ def test_im2col_matches_unfold(kernel_size, dilation, padding, stride, feature_m
     assert torch.equal(columns, expected)
 
 
+def test_storage_order_max_pool_matches_max_pool() -> None:
+    """Same values as nn.MaxPool2d on NCHW and on the channel-major view; the latter stays channel-major."""
+    channel_major = torch.randn(5, 3, 9, 8).transpose(0, 1)  # (B, C, H, W) = (3, 5, 9, 8) stored as (C, B, H, W)
+    for args in ((2, 2), (3, 2, 1, 1, False, True)):
+        pool, reference = StorageOrderMaxPool2d(*args), torch.nn.MaxPool2d(*args)
+        for x in (channel_major, channel_major.contiguous()):
+            assert torch.equal(pool(x), reference(x))
+        assert pool(channel_major).transpose(0, 1).is_contiguous()
+
+
 def test_sparse_conv_refuses_what_has_no_im2col_view() -> None:
     packed = pack_layer(*masked_layer(PATTERN_CONFIGS["tw"], (72, 32), 0.5, seed=1), PATTERN_CONFIGS["tw"])
     for conv in (torch.nn.Conv2d(8, 32, 3, padding="same"), torch.nn.Conv2d(8, 32, 3, padding_mode="reflect")):
@@ -142,10 +152,21 @@ def test_export_round_trip_whole_model(pattern: str, checkpoints: dict[str, Path
     meta = json.loads((tmp_path / "packed.json").read_text())
     tensors = load_file(tmp_path / "packed.safetensors")
     assert meta["pattern"]["name"] == pattern and meta["layers"]
+    assert report["folded_batch_norms"] and meta["folded_batch_norms"] == report["folded_batch_norms"]
+    assert not any(key.startswith(f"dense::{name}.") for name in meta["folded_batch_norms"] for key in tensors)
     for name, layer in meta["layers"].items():
         parts = {key.split("::")[2]: t for key, t in tensors.items() if key.startswith(f"packed::{name}::")}
         packed = packed_from_tensors(layer["format"], parts, layer["metadata"])
         assert packed.nbytes() == layer["packed_bytes"]
+
+
+def test_export_without_folding(checkpoints: dict[str, Path], tmp_path: Path) -> None:
+    """fold_batch_norm=false times the norms as trained; the check holds either way."""
+    cfg = compose_config("export", [f"ckpt={checkpoints['tw']}", f"out_dir={tmp_path}", "repeats=1", "warmup=0",
+                                    "batch_size=4", "fold_batch_norm=false"], tmp_path)  # fmt: skip
+    report = export(cfg)
+    assert report["folded_batch_norms"] == []
+    assert report["check"]["fp32_rel_error"] <= 1e-5
 
 
 def test_export_bad_checkpoints(tmp_path: Path) -> None:

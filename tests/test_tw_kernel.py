@@ -324,18 +324,36 @@ def test_sparse_conv_feature_major_matches_fp32_conv(weight: str) -> None:
         assert err <= KERNEL_TOLERANCE[torch.float16], f"{weight} batch {batch} {side} x {side}: {err:.2e}"
 
 
+IM2COL_GEOMETRIES = [
+    ((3, 3), (1, 1), (1, 1), (1, 1)),  # VGG: kw shifted copies where the output rows are a multiple of 8 wide
+    ((1, 3), (1, 2), (0, 2), (1, 1)),  # shifted copies 2 columns apart (dilation)
+    ((3, 2), (2, 1), (0, 2), (2, 3)),  # strided: one staged copy, each output gathered
+    ((7, 7), (1, 1), (3, 3), (2, 2)),  # a ResNet stem: too wide for shifted copies
+    ((1, 1), (1, 1), (0, 0), (1, 1)),
+]
+# (B, C, H, W): 14 x 14 stores 4 outputs at a time, 7 x 7 one, 5 x 6 two; 64 x 64 and 600 x 14 need several bands of
+# output rows per plane; 3 x 4096 stages over 48 KB of shared memory for one output row; 8 x 8, 4 x 4 and 2 x 2 with
+# many images group them per CTA, the last group partial.
+IM2COL_INPUTS = [(1, 8, 14, 14), (3, 5, 11, 9), (4, 16, 28, 28), (2, 3, 7, 7), (3, 2, 5, 6), (2, 3, 64, 64),
+                 (1, 2, 600, 14), (1, 1, 3, 4096), (70, 2, 8, 8), (300, 2, 4, 4), (40, 3, 2, 2)]  # fmt: skip
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-@pytest.mark.parametrize(
-    ("kernel_size", "dilation", "padding", "stride"),
-    [((3, 3), (1, 1), (1, 1), (1, 1)), ((3, 2), (2, 1), (0, 2), (2, 3)), ((1, 1), (1, 1), (0, 0), (1, 1))],
-)
+@pytest.mark.parametrize(("kernel_size", "dilation", "padding", "stride"), IM2COL_GEOMETRIES)
 def test_im2col_kernel_matches_unfold(dtype: torch.dtype, kernel_size, dilation, padding, stride) -> None:
-    """The extension's feature-major im2col against F.unfold, bit for bit: contiguous NCHW, the channel-major view
-    SparseConv2d returns for several images, and output counts with and without 16-byte rows; both directly and
-    through im2col(), which keeps F.unfold for one image."""
+    """The extension's feature-major im2col against F.unfold, bit for bit: contiguous NCHW and the channel-major view
+    SparseConv2d returns for several images, both directly and through im2col()."""
     kernels = load_kernels()
     gen = torch.Generator(device="cuda").manual_seed(0)
-    for batch, channels, height, width in ((1, 8, 14, 14), (3, 5, 11, 9), (4, 16, 28, 28)):
+    for batch, channels, height, width in IM2COL_INPUTS:
+        if (
+            min(
+                height + 2 * padding[0] - dilation[0] * (kernel_size[0] - 1),
+                width + 2 * padding[1] - dilation[1] * (kernel_size[1] - 1),
+            )
+            < 1
+        ):
+            continue
         channel_major = torch.randn(channels, batch, height, width, generator=gen, device="cuda").to(dtype)
         for x in (channel_major.transpose(0, 1).contiguous(), channel_major.transpose(0, 1)):
             expected = F.unfold(x.float(), kernel_size, dilation, padding, stride)
@@ -357,3 +375,6 @@ def test_im2col_kernel_rejects_bad_input() -> None:
         kernels.im2col_feature_major(x, 7, 7, 1, 1, 0, 0, 1, 1)
     with pytest.raises(RuntimeError, match="must be positive"):
         kernels.im2col_feature_major(x, 3, 3, 1, 1, 1, 1, 0, 1)
+    with pytest.raises(RuntimeError, match="exceed the shared memory"):
+        kernels.im2col_feature_major(torch.zeros(1, 1, 3, 40_000, device="cuda", dtype=torch.float16), 3, 3, 1, 1,
+                                     1, 1, 1, 1)  # fmt: skip

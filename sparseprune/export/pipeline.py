@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import logging
 from collections.abc import Callable, Iterator
@@ -20,6 +21,7 @@ from safetensors.torch import save_file
 from sparseprune.batches import to_dtype, transfer_batch
 from sparseprune.checkpoints import load_checkpoint, pruning_state, run_config
 from sparseprune.errors import UserError
+from sparseprune.export.fold import fold_batch_norms
 from sparseprune.export.formats.base import PackedWeight
 from sparseprune.export.layer_choice import LAYER_CHOICES, fastest_twin, time_layers
 from sparseprune.export.packing import pack_layer
@@ -61,6 +63,14 @@ def rebuild(ckpt: Path, batch_size: int) -> tuple[Any, list[PrunableWeight], Any
     return model.eval(), weights, datamodule, state
 
 
+def fold_model(model: Any, weights: list[PrunableWeight]) -> tuple[Any, list[PrunableWeight], list[str]]:
+    """(a copy of the model with its batch norms folded, the copy's prunable weights, the folded norms), or the model
+    itself where nothing folds; the original stays the reference of the correctness check."""
+    folded_model = copy.deepcopy(model)
+    folded = fold_batch_norms(folded_model)
+    return (folded_model, find_prunable(folded_model), folded) if folded else (model, weights, [])
+
+
 def pack_model(prunable: list[PrunableWeight], state: dict[str, Any]) -> dict[str, PackedWeight]:
     weights = {w.name: w for w in prunable}
     missing = sorted(set(state["codes"]) - set(weights))
@@ -72,14 +82,18 @@ def pack_model(prunable: list[PrunableWeight], state: dict[str, Any]) -> dict[st
     }
 
 
-def save_packed(model: Any, packed: dict[str, PackedWeight], state: dict[str, Any], out_dir: Path) -> Path:
-    """packed.safetensors (packed arrays + every other parameter/buffer) and packed.json (how to read them)."""
+def save_packed(
+    model: Any, packed: dict[str, PackedWeight], state: dict[str, Any], folded: list[str], out_dir: Path
+) -> Path:
+    """packed.safetensors (packed arrays + every other parameter/buffer) and packed.json (how to read them, and which
+    batch norms were folded into their convolutions, so are absent)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     tensors = {f"packed::{name}::{key}": t.contiguous() for name, p in packed.items() for key, t in p.tensors().items()}
     tensors |= {f"dense::{k}": v.contiguous() for k, v in model.state_dict().items() if k not in packed}
     save_file(tensors, out_dir / "packed.safetensors")
     meta = {
         "pattern": state["pattern"],
+        "folded_batch_norms": folded,
         "layers": {
             name: {"format": p.format_name, "metadata": p.metadata(), "packed_bytes": p.nbytes()}
             for name, p in packed.items()
@@ -119,16 +133,18 @@ def export(cfg: DictConfig) -> dict[str, Any]:
         raise UserError(f"layer_choice must be one of {list(LAYER_CHOICES)}, got {cfg.layer_choice!r}")
     device = _device(cfg.device)
     dtype = _dtype(cfg.dtype, device)
-    model, weights, datamodule, state = rebuild(ckpt, cfg.batch_size)
+    reference, weights, datamodule, state = rebuild(ckpt, cfg.batch_size)
+    model, weights, folded = fold_model(reference, weights) if cfg.fold_batch_norm else (reference, weights, [])
     packed = pack_model(weights, state)
     out_dir = Path(cfg.out_dir) if cfg.out_dir else ckpt.parent.parent / "export"
-    saved = save_packed(model, packed, state, out_dir)
+    saved = save_packed(model, packed, state, folded, out_dir)
     sparse = sparsify(model, weights, packed)
     datamodule.setup("validate")
     batch = next(iter(datamodule.val_dataloader()))
 
     batch = transfer_batch(batch, model.to(device), None)
-    fp32_error = check_outputs(model, sparse.to(device), batch)
+    fp32_error = check_outputs(reference.to(device), sparse.to(device), batch)  # the norms as trained, if folded
+    del reference
     model, sparse = model.to(dtype), sparse.to(dtype)
     timed_batch = to_dtype(batch, dtype)
     timed_error = check_outputs(model, sparse, timed_batch)
@@ -157,6 +173,7 @@ def export(cfg: DictConfig) -> dict[str, Any]:
             for name, p in packed.items()
         },
         "not_swapped": unpacked_layers(weights, packed),
+        "folded_batch_norms": folded,
         "check": {"fp32_rel_error": fp32_error, "fp32_tolerance": cfg.tolerance, "timed_dtype_rel_error": timed_error},
         "layer_timing": {name: {**asdict(t), "speedup": t.speedup} for name, t in layer_times.items()},
         "timing": {"dense": asdict(dense_time), "sparse": asdict(sparse_time)},
@@ -189,6 +206,8 @@ def _dense_bytes(packed: PackedWeight, dtype: torch.dtype) -> int:
 def _print_report(report: dict[str, Any], out_dir: Path) -> None:
     console = Console()
     console.print(_sizes_table(report))
+    if report["folded_batch_norms"]:
+        console.print(f"folded {len(report['folded_batch_norms'])} batch norms into their convolutions (both models)")
     check = report["check"]
     verdict = "PASS" if check["fp32_rel_error"] <= check["fp32_tolerance"] else "FAIL"
     console.print(

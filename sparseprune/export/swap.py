@@ -1,4 +1,5 @@
-"""Build the sparse twin of a model: every packed layer replaced by a module computing from its packed form."""
+"""Build the sparse twin of a model: every packed layer replaced by a module computing from its packed form, and its
+max-poolings by ones that read the layout sparse convolutions return."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from collections.abc import Iterable, Mapping
 from torch import nn
 
 from sparseprune.export.formats.base import PackedWeight
-from sparseprune.export.sparse_modules import SparseConv2d, SparseLinear
+from sparseprune.export.sparse_modules import SparseConv2d, SparseLinear, StorageOrderMaxPool2d
 from sparseprune.gemm_view import PrunableWeight
 
 
@@ -31,10 +32,16 @@ def swapped_modules(weights: list[PrunableWeight], packed: Mapping[str, PackedWe
 
 
 def sparsify(model: nn.Module, weights: list[PrunableWeight], packed: Mapping[str, PackedWeight]) -> nn.Module:
-    """A deep copy of `model` with each Linear/Conv2d whose weight is in `packed` swapped for its sparse twin."""
+    """A deep copy of `model` with each Linear/Conv2d whose weight is in `packed` swapped for its sparse twin and each
+    MaxPool2d for a StorageOrderMaxPool2d (same values for any input)."""
     sparse = copy.deepcopy(model)
     for module_name, weight_name in swapped_modules(weights, packed).items():
         _replace(sparse, module_name, _sparse_module(sparse.get_submodule(module_name), packed[weight_name]))
+    for module_name, module in list(sparse.named_modules()):
+        if type(module) is nn.MaxPool2d:
+            pool = StorageOrderMaxPool2d(module.kernel_size, module.stride, module.padding, module.dilation,
+                                         module.return_indices, module.ceil_mode)  # fmt: skip
+            _replace(sparse, module_name, pool)
     return sparse
 
 
