@@ -1,19 +1,20 @@
-// im2col into the feature-major layout (see im2col.h), staged through shared memory.
+// im2col into the feature-major layout (see im2col.h). The matrix is kh*kw times the input's size, so the copy is
+// bound by its writes; two kernels write it, by the size of an output plane.
 //
-// The matrix is kh*kw times the input's size, so the copy is bound by its writes. One CTA owns one channel of a
-// group of consecutive images (planes small enough to stage whole) or one band of output rows of one image (larger
-// planes): it stages the input rows those outputs read, zero padding included, in shared memory, then writes each
-// of the channel's kh*kw output rows as one contiguous run (row (c, i, j), columns b*L + oh0*ow ...), in 16-byte
-// stores where the run allows. Staging makes every input element a shared memory read instead of an L1 load per
-// output; the runs keep warps' stores on whole 128-byte lines; grouping images keeps the runs of small planes (VGG
-// on 32 x 32 images ends in 2 x 2 planes) long.
+// Planes of 64 outputs or more are staged through shared memory. One CTA owns one band of output rows of one
+// (image, channel) plane: it stages the input rows the band reads, zero padding included, then writes each of the
+// channel's kh*kw output rows as one contiguous run (row (c, i, j), columns b*L + oh0*ow ...), in 16-byte stores
+// where the run allows. With stride 1 along the width and output rows a multiple of 8 wide, the CTA stages kw copies
+// of its rows, copy j shifted left by j*dw columns: eight neighbouring outputs of tap (i, j) are then eight aligned
+// neighbours in copy j, one 16-byte shared load per 16-byte store; otherwise it stages one copy and gathers each
+// output on its own. On an H200 this writes VGG16's matrices 1.3-2.7x faster than the direct kernel
+// (bench/results/conv_h200_im2col_ab.md).
 //
-// With stride 1 along the width and output rows a multiple of 8 wide, the CTA stages kw copies of its rows, copy j
-// shifted left by j*dw columns: eight neighbouring outputs of tap (i, j) are then eight aligned neighbours in copy
-// j, one 16-byte shared load per 16-byte store. Otherwise it stages one copy and gathers each output on its own.
+// Smaller planes (VGG16 on 32 x 32 images ends in 4 x 4 and 2 x 2) would give a CTA a few dozen outputs, so there
+// one thread owns 8 consecutive outputs m of one channel, across images, and writes them for every tap, reading
+// the input through L1/L2: faster than staging planes at these sizes, even when a staging CTA took many images
+// (bench/results/export_h200_vgg16_fmnist_tw75_folded.md).
 #include "im2col.h"
-
-#include <algorithm>
 
 namespace sparseprune {
 namespace im2col {
@@ -23,11 +24,10 @@ constexpr int kThreads = 128;
 constexpr int kMaxShiftedCopies = 5;         // kw beyond this stages one copy: kw copies would crowd the SM
 constexpr int kBandBytes = 16 * 1024;        // shared memory a CTA aims at, so that several CTAs share an SM
 constexpr int kMaxBandBytes = 200 * 1024;    // a single output row's staging may not exceed this
-constexpr int kGroupOutputs = 4096;          // outputs per channel a CTA of small planes aims at
-// Planes of fewer outputs than this group images per CTA. On an H200, grouping made VGG's convolutions of 2 x 2 and
-// 4 x 4 planes 1.05-3.8x faster (16 and 256 images), but its im2col of 16 x 16 and 28 x 28 planes up to 1.8x slower
-// at 8-16 images (bench/results/conv_h200_im2col_groups.md): fewer, longer CTAs.
-constexpr int kGroupBelow = 64;
+constexpr int kStagedFrom = 64;              // outputs per plane from which the staged kernel runs
+constexpr int kDirectThreads = 256;
+constexpr int kDirectOutputs = 8;            // outputs per thread and row of the direct kernel: one 16-byte store
+constexpr int kMaxGridRows = 65535;          // gridDim.y limit: channels beyond it are walked by the same blocks
 
 struct Band {
   int rows;         // output rows per band (the last band may have fewer)
@@ -36,9 +36,6 @@ struct Band {
   int copies;       // kw shifted copies, or 1
   int vector;       // outputs per store: 8, 4, 2 or 1
   int count;        // bands per plane
-  int images;       // consecutive images per CTA: 1 unless one band covers the plane
-  int groups;       // image groups: ceil(batch / images)
-  int64_t image_elements;  // staged elements per image
   int64_t smem_bytes;
 };
 
@@ -71,14 +68,7 @@ Band plan_band(const Problem& p) {
   band.input_rows = input_rows_of(p, band.rows);
   band.vector = shifted ? 8 : store_vector(p.out_h * p.out_w, band.rows * p.out_w);
   band.count = (p.out_h + band.rows - 1) / band.rows;
-  band.image_elements = int64_t{band.copies} * band.input_rows * band.pitch;
-  const int64_t plane = int64_t{p.out_h} * p.out_w;
-  const int64_t by_outputs = (kGroupOutputs + plane - 1) / plane;
-  const int64_t by_bytes = kBandBytes / (2 * band.image_elements);
-  const int64_t images = std::max<int64_t>(1, std::min({by_outputs, by_bytes, int64_t{p.batch}}));
-  band.images = band.count > 1 || plane >= kGroupBelow ? 1 : static_cast<int>(images);
-  band.groups = (p.batch + band.images - 1) / band.images;
-  band.smem_bytes = 2 * band.image_elements * band.images;
+  band.smem_bytes = bytes_of(band.rows);
   return band;
 }
 
@@ -87,57 +77,47 @@ struct alignas(2 * kVector) Run {
   uint16_t v[kVector];
 };
 
-// Stages the input rows of `images` consecutive images from image b0: element (r, col) of the padded input goes to
-// every copy j that reads it at column col - j*dw. Out-of-image positions stage zeros, so the writes need no bounds
-// checks. Without kGrouped, images is 1 and the image arithmetic compiles away.
-template <bool kGrouped>
-__device__ void stage_rows(const Problem& p, const Band& band, const uint16_t* channel, int b0, int images,
-                           int first_row, int rows, uint16_t* tile) {
+// Stages the band's input rows: element (r, col) of the padded input goes to every copy j that reads it at column
+// col - j*dw. Out-of-image positions stage zeros, so the writes need no bounds checks.
+__device__ void stage_rows(const Problem& p, const Band& band, const uint16_t* plane, int first_row, int rows,
+                           uint16_t* tile) {
   const int read_cols = band.copies > 1 ? band.pitch + (band.copies - 1) * p.dw : band.pitch;
-  const int per_image = rows * read_cols;
   const int64_t copy_stride = int64_t{band.input_rows} * band.pitch;
-  for (int idx = threadIdx.x; idx < images * per_image; idx += blockDim.x) {
-    const int image = kGrouped ? idx / per_image : 0, in_image = idx - image * per_image;
-    const int r = in_image / read_cols, col = in_image - r * read_cols;
+  for (int idx = threadIdx.x; idx < rows * read_cols; idx += blockDim.x) {
+    const int r = idx / read_cols, col = idx - r * read_cols;
     const int y = first_row + r - p.ph, x = col - p.pw;
     const bool inside = y >= 0 && y < p.height && x >= 0 && x < p.width;
-    const uint16_t* plane = channel + (b0 + image) * p.stride_b;
     const uint16_t value = inside ? __ldg(plane + y * p.stride_h + x * p.stride_w) : uint16_t{0};
-    uint16_t* image_tile = tile + image * band.image_elements;
     for (int j = 0; j < band.copies; ++j) {
       const int shifted_col = col - j * p.dw;
       if (band.copies == 1 || (shifted_col >= 0 && shifted_col < band.pitch)) {
-        image_tile[j * copy_stride + r * band.pitch + (band.copies == 1 ? col : shifted_col)] = value;
+        tile[j * copy_stride + r * band.pitch + (band.copies == 1 ? col : shifted_col)] = value;
       }
     }
   }
 }
 
 // kVector outputs per store; kShifted: read kw shifted copies; kSide: a square kernel's side fixed at compile time,
-// so its taps unroll (3 for 3 x 3: 2-5% faster with eight images on an H200), or 0 to read it from p; kGrouped: CTAs
-// own several images (band.images > 1).
-template <int kVector, bool kShifted, int kSide, bool kGrouped>
-__global__ void __launch_bounds__(kThreads) im2col_feature_major_kernel(Problem p, Band band) {
+// so its taps unroll (3 for 3 x 3: 2-5% faster with eight images on an H200), or 0 to read it from p.
+template <int kVector, bool kShifted, int kSide>
+__global__ void __launch_bounds__(kThreads) im2col_staged_kernel(Problem p, Band band) {
   extern __shared__ __align__(16) uint16_t tile[];
   const int band_index = blockIdx.x % band.count;
-  const int group_index = (blockIdx.x / band.count) % band.groups;  // consecutive CTAs extend the same runs
-  const int c = static_cast<int>(blockIdx.x / band.count / band.groups);
-  const int oh0 = band_index * band.rows, b0 = group_index * band.images;
-  const int rows = min(band.rows, p.out_h - oh0), images = min(band.images, p.batch - b0);
-  stage_rows<kGrouped>(p, band, p.x + c * p.stride_c, b0, images, oh0 * p.sh, input_rows_of(p, rows), tile);
+  const int64_t plane_index = blockIdx.x / band.count;  // b fastest: consecutive CTAs extend the same runs
+  const int b = static_cast<int>(plane_index % p.batch), c = static_cast<int>(plane_index / p.batch);
+  const int oh0 = band_index * band.rows;
+  const int rows = min(band.rows, p.out_h - oh0);
+  stage_rows(p, band, p.x + b * p.stride_b + c * p.stride_c, oh0 * p.sh, input_rows_of(p, rows), tile);
   __syncthreads();
 
   const int plane = p.out_h * p.out_w;
-  const int image_outputs = rows * p.out_w;  // a whole plane wherever images > 1
   const int64_t m_total = int64_t{p.batch} * plane;
-  uint16_t* run_start = p.out + int64_t{c} * p.kh * p.kw * m_total + int64_t{b0} * plane + int64_t{oh0} * p.out_w;
+  uint16_t* run_start = p.out + int64_t{c} * p.kh * p.kw * m_total + int64_t{b} * plane + int64_t{oh0} * p.out_w;
   const int64_t copy_stride = int64_t{band.input_rows} * band.pitch;
-  const int runs = images * image_outputs / kVector;
+  const int runs = rows * p.out_w / kVector;
   for (int v = threadIdx.x; v < runs; v += blockDim.x) {
     const int first = v * kVector;
-    const int image = kGrouped ? first / image_outputs : 0, in_image = first - image * image_outputs;
-    int out_row = in_image / p.out_w, out_col = in_image - out_row * p.out_w;
-    const int64_t image_base = image * band.image_elements;
+    int out_row = first / p.out_w, out_col = first - out_row * p.out_w;
     int base[kShifted ? 1 : kVector];  // staged index of each output's tap (0, 0)
     if constexpr (kShifted) {
       base[0] = out_row * p.sh * band.pitch + out_col;
@@ -156,11 +136,10 @@ __global__ void __launch_bounds__(kThreads) im2col_feature_major_kernel(Problem 
       for (int j = 0; j < kw; ++j, out += m_total) {
         Run<kVector> run;
         if constexpr (kShifted) {
-          run = *reinterpret_cast<const Run<kVector>*>(tile + image_base + j * copy_stride + base[0] +
-                                                       i * p.dh * band.pitch);
+          run = *reinterpret_cast<const Run<kVector>*>(tile + j * copy_stride + base[0] + i * p.dh * band.pitch);
         } else {
 #pragma unroll
-          for (int e = 0; e < kVector; ++e) run.v[e] = tile[image_base + base[e] + i * p.dh * band.pitch + j * p.dw];
+          for (int e = 0; e < kVector; ++e) run.v[e] = tile[base[e] + i * p.dh * band.pitch + j * p.dw];
         }
         *reinterpret_cast<Run<kVector>*>(out) = run;
       }
@@ -168,10 +147,69 @@ __global__ void __launch_bounds__(kThreads) im2col_feature_major_kernel(Problem 
   }
 }
 
+// One thread per 8 consecutive outputs m of one channel (across images), every tap: their (b, oh, ow) are worked
+// out once, and each tap's 8 values leave in one 16-byte store.
+__global__ void __launch_bounds__(kDirectThreads) im2col_direct_kernel(Problem p) {
+  const int m_total = p.batch * p.out_h * p.out_w;
+  const int m0 = (blockIdx.x * kDirectThreads + threadIdx.x) * kDirectOutputs;
+  if (m0 >= m_total) return;
+  const int plane = p.out_h * p.out_w;
+  const bool vector_store = m_total % kDirectOutputs == 0 && m0 + kDirectOutputs <= m_total;  // 16-byte aligned rows
+  int64_t image[kDirectOutputs];  // offset of each output's image in x, or -1 past the end
+  int top[kDirectOutputs], left[kDirectOutputs];  // input row and column of each output's first kernel tap
+  {
+    int b = m0 / plane, oh = (m0 % plane) / p.out_w, ow = m0 % p.out_w;
+#pragma unroll
+    for (int t = 0; t < kDirectOutputs; ++t) {
+      image[t] = m0 + t < m_total ? b * p.stride_b : -1;
+      top[t] = oh * p.sh - p.ph;
+      left[t] = ow * p.sw - p.pw;
+      if (++ow == p.out_w) {
+        ow = 0;
+        if (++oh == p.out_h) oh = 0, ++b;
+      }
+    }
+  }
+  for (int c = blockIdx.y; c < p.channels; c += gridDim.y) {
+    const uint16_t* x_c = p.x + c * p.stride_c;
+    uint16_t* out = p.out + static_cast<int64_t>(c) * p.kh * p.kw * m_total + m0;
+    for (int i = 0; i < p.kh; ++i) {
+      for (int j = 0; j < p.kw; ++j, out += m_total) {
+        uint16_t v[kDirectOutputs];
+#pragma unroll
+        for (int t = 0; t < kDirectOutputs; ++t) {
+          const int y = top[t] + i * p.dh, x = left[t] + j * p.dw;
+          const bool inside = image[t] >= 0 && y >= 0 && y < p.height && x >= 0 && x < p.width;
+          v[t] = inside ? __ldg(x_c + image[t] + y * p.stride_h + x * p.stride_w) : uint16_t{0};
+        }
+        if (vector_store) {
+          uint4 packed;
+          packed.x = v[0] | (uint32_t{v[1]} << 16);
+          packed.y = v[2] | (uint32_t{v[3]} << 16);
+          packed.z = v[4] | (uint32_t{v[5]} << 16);
+          packed.w = v[6] | (uint32_t{v[7]} << 16);
+          *reinterpret_cast<uint4*>(out) = packed;
+        } else {
+          for (int t = 0; t < kDirectOutputs && m0 + t < m_total; ++t) out[t] = v[t];
+        }
+      }
+    }
+  }
+}
+
+const char* launch_direct(const Problem& p) {
+  const int64_t m_total = int64_t{p.batch} * p.out_h * p.out_w;
+  const int64_t per_block = int64_t{kDirectThreads} * kDirectOutputs;
+  const dim3 grid(static_cast<unsigned>((m_total + per_block - 1) / per_block),
+                  static_cast<unsigned>(p.channels < kMaxGridRows ? p.channels : kMaxGridRows));
+  im2col_direct_kernel<<<grid, kDirectThreads, 0, p.stream>>>(p);
+  const cudaError_t err = cudaGetLastError();
+  return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
+}
+
 template <int kVector, bool kShifted, int kSide = 0>
 const char* launch(const Problem& p, const Band& band, int64_t blocks) {
-  const auto kernel = band.images > 1 ? im2col_feature_major_kernel<kVector, kShifted, kSide, true>
-                                      : im2col_feature_major_kernel<kVector, kShifted, kSide, false>;
+  const auto kernel = im2col_staged_kernel<kVector, kShifted, kSide>;
   if (band.smem_bytes > 48 * 1024) {
     const cudaError_t err =
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(band.smem_bytes));
@@ -189,9 +227,10 @@ const char* launch_im2col_feature_major(const Problem& p) {
   const int64_t rows = int64_t{p.channels} * p.kh * p.kw;
   if (m_total >= (int64_t{1} << 31) || rows >= (int64_t{1} << 31)) return "im2col needs B*oh*ow and C*kh*kw < 2^31";
   if (m_total == 0 || rows == 0) return nullptr;
+  if (int64_t{p.out_h} * p.out_w < kStagedFrom) return launch_direct(p);
   const Band band = plan_band(p);
   if (band.smem_bytes > kMaxBandBytes) return "im2col: one output row's input rows exceed the shared memory";
-  const int64_t blocks = int64_t{band.groups} * p.channels * band.count;
+  const int64_t blocks = int64_t{p.batch} * p.channels * band.count;
   if (blocks >= (int64_t{1} << 31)) return "im2col needs B*C*bands < 2^31";
   if (takes_shifted_copies(p) && p.kh == 3 && p.kw == 3) return launch<8, true, 3>(p, band, blocks);
   if (takes_shifted_copies(p)) return launch<8, true>(p, band, blocks);

@@ -332,8 +332,8 @@ IM2COL_GEOMETRIES = [
     ((1, 1), (1, 1), (0, 0), (1, 1)),
 ]
 # (B, C, H, W): 14 x 14 stores 4 outputs at a time, 7 x 7 one, 5 x 6 two; 64 x 64 and 600 x 14 need several bands of
-# output rows per plane; 3 x 4096 stages over 48 KB of shared memory for one output row; 8 x 8, 4 x 4 and 2 x 2 with
-# many images group them per CTA, the last group partial.
+# output rows per plane; 3 x 4096 stages over 48 KB of shared memory for one output row; planes under 64 outputs
+# (7 x 7, 5 x 6, 4 x 4, 2 x 2) take the direct kernel, 8 x 8 with 70 images the staged one.
 IM2COL_INPUTS = [(1, 8, 14, 14), (3, 5, 11, 9), (4, 16, 28, 28), (2, 3, 7, 7), (3, 2, 5, 6), (2, 3, 64, 64),
                  (1, 2, 600, 14), (1, 1, 3, 4096), (70, 2, 8, 8), (300, 2, 4, 4), (40, 3, 2, 2)]  # fmt: skip
 

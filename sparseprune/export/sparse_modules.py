@@ -67,8 +67,8 @@ def im2col(
 ) -> tuple[torch.Tensor, int, int]:
     """The im2col matrix of x (B, C, H, W), as F.unfold orders it, in one pass: feature-major (C*kh*kw, B*oh*ow) or
     row-major (B*oh*ow, C*kh*kw); and the output grid (oh, ow). Feature-major on CUDA in fp16/bf16 is the
-    extension's im2col kernel, which writes the matrix at 2-3x F.unfold's rate (and F.unfold's (B, C*kh*kw, L) would
-    need a second copy for several images); the rest is a strided copy of the padded input."""
+    extension's im2col kernel, which writes VGG16's matrices at 1.7-3.9x F.unfold's rate on an H200 (and F.unfold's
+    (B, C*kh*kw, L) would need a second copy for several images); the rest is a strided copy of the padded input."""
     batch, channels = x.shape[:2]
     (kh, kw), (dh, dw), (ph, pw), (sh, sw) = kernel_size, dilation, padding, stride
     out_h, out_w = conv_output_size(x, kernel_size, dilation, padding, stride)
