@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from sparseprune.export.fold import fold_batch_norms, fold_into_conv
+from sparseprune.export.fold import fold_batch_norms, fold_into_conv, foldable_pairs
 
 
 def norm_with_statistics(channels: int, gen: torch.Generator) -> nn.BatchNorm2d:
@@ -56,6 +56,11 @@ def test_fold_batch_norms_keeps_outputs_and_zeros() -> None:
     assert model[3][0].bias is not None
     assert bool((model[0].weight[:, :, 0, 0] == 0).all())
     torch.testing.assert_close(model(x), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_nothing_to_fold_without_conv_then_norm() -> None:
+    model = nn.Sequential(nn.Linear(4, 4), nn.LayerNorm(4), nn.Sequential(nn.ReLU(), nn.BatchNorm2d(4))).eval()
+    assert foldable_pairs(model) == [] and fold_batch_norms(model) == []
 
 
 def test_fold_batch_norms_refuses_training_mode() -> None:

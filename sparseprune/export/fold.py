@@ -38,20 +38,27 @@ def foldable(conv: nn.Module, norm: nn.Module) -> bool:
     )
 
 
+def foldable_pairs(model: nn.Module) -> list[tuple[str, nn.Sequential, str, nn.Conv2d, nn.BatchNorm2d]]:
+    """(sequence name, sequence, norm's child name, conv, norm) for every BatchNorm2d that directly follows a Conv2d
+    inside an nn.Sequential, the one place the order of two modules is known without tracing."""
+    pairs = []
+    for prefix, sequence in model.named_modules():
+        if isinstance(sequence, nn.Sequential):
+            children = list(sequence.named_children())
+            for (_, conv), (name, norm) in zip(children, children[1:], strict=False):
+                if foldable(conv, norm):
+                    pairs.append((prefix, sequence, name, conv, norm))
+    return pairs
+
+
 def fold_batch_norms(model: nn.Module) -> list[str]:
-    """Folds every BatchNorm2d that directly follows a Conv2d inside an nn.Sequential (the one place the order of
-    two modules is known without tracing) into that convolution and puts nn.Identity in its place; returns the
+    """Folds every norm of `foldable_pairs` into its convolution and puts nn.Identity in its place; returns the
     folded norms' names. The model must be in eval mode: training-mode norms use batch statistics."""
     if model.training:
         raise ValueError("batch norms fold only in eval mode; call model.eval() first")
     folded = []
-    for prefix, sequence in list(model.named_modules()):
-        if not isinstance(sequence, nn.Sequential):
-            continue
-        children = list(sequence.named_children())
-        for (_, conv), (name, norm) in zip(children, children[1:], strict=False):
-            if foldable(conv, norm):
-                fold_into_conv(conv, norm)
-                setattr(sequence, name, nn.Identity())
-                folded.append(f"{prefix}.{name}" if prefix else name)
+    for prefix, sequence, name, conv, norm in foldable_pairs(model):
+        fold_into_conv(conv, norm)
+        setattr(sequence, name, nn.Identity())
+        folded.append(f"{prefix}.{name}" if prefix else name)
     return folded

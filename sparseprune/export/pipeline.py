@@ -21,7 +21,7 @@ from safetensors.torch import save_file
 from sparseprune.batches import to_dtype, transfer_batch
 from sparseprune.checkpoints import load_checkpoint, pruning_state, run_config
 from sparseprune.errors import UserError
-from sparseprune.export.fold import fold_batch_norms
+from sparseprune.export.fold import fold_batch_norms, foldable_pairs
 from sparseprune.export.formats.base import PackedWeight
 from sparseprune.export.layer_choice import LAYER_CHOICES, fastest_twin, time_layers
 from sparseprune.export.packing import pack_layer
@@ -66,9 +66,11 @@ def rebuild(ckpt: Path, batch_size: int) -> tuple[Any, list[PrunableWeight], Any
 def fold_model(model: Any, weights: list[PrunableWeight]) -> tuple[Any, list[PrunableWeight], list[str]]:
     """(a copy of the model with its batch norms folded, the copy's prunable weights, the folded norms), or the model
     itself where nothing folds; the original stays the reference of the correctness check."""
+    if not foldable_pairs(model):  # spares the copy (BERT, the LSTM translator)
+        return model, weights, []
     folded_model = copy.deepcopy(model)
     folded = fold_batch_norms(folded_model)
-    return (folded_model, find_prunable(folded_model), folded) if folded else (model, weights, [])
+    return folded_model, find_prunable(folded_model), folded
 
 
 def pack_model(prunable: list[PrunableWeight], state: dict[str, Any]) -> dict[str, PackedWeight]:
