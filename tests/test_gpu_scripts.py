@@ -1,8 +1,9 @@
-"""bench/sweep_gpu.sh and bench/study_gpu.sh: the training commands they issue, checked with a stand-in `python`
-that records its arguments (the real runs need a GPU and take minutes)."""
+"""bench/sweep_gpu.sh, bench/study_gpu.sh and bench/export_gpu_check.sh: the commands they issue, checked with a
+stand-in `python` that records its arguments (the real runs need a GPU and take minutes)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -129,3 +130,48 @@ def test_tagged_study_repeats_with_its_own_dense_model_and_result_names(tmp_path
     collect = next(c for c in calls if c.startswith("bench/collect_runs.py"))
     assert "--out bench/results/bert_distill_combined_seed1" in collect
     assert "TAG=seed1 EXTRA='seed=1' bash bench/study_gpu.sh bert_distill_combined" in collect
+
+
+# Stands in for python in bench/export_gpu_check.sh: records each call and leaves what train.py and export.py leave.
+FAKE_EXPORT_PYTHON = """#!/usr/bin/env bash
+printf '%s\\n' "$*" >> "$CALLS"
+for arg in "$@"; do
+  case $arg in
+    hydra.run.dir=*) mkdir -p "${arg#hydra.run.dir=}/checkpoints";;
+    out_dir=*) mkdir -p "${arg#out_dir=}"; echo "{\\"args\\": \\"$*\\"}" > "${arg#out_dir=}/export_report.json";;
+  esac
+done
+"""
+
+
+def test_export_check_trains_once_and_exports_each_batch_with_and_without_folding(tmp_path: Path) -> None:
+    bin_dir, cuda_bin = tmp_path / "bin", tmp_path / "cuda" / "bin"
+    sanitizer = '#!/bin/sh\nprintf "sanitizer %s\\n" "$*" >> "$CALLS"\n'
+    fakes = (
+        (bin_dir, "python", FAKE_EXPORT_PYTHON),
+        (bin_dir, "nvidia-smi", "#!/bin/sh\n"),
+        (cuda_bin, "compute-sanitizer", sanitizer),
+    )
+    for folder, name, body in fakes:
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(body)
+        (folder / name).chmod(0o755)
+    calls, out = tmp_path / "calls.log", tmp_path / "out"
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "CALLS": str(calls),
+           "CUDA_HOME": str(tmp_path / "cuda")}  # fmt: skip
+    result = subprocess.run(["bash", "bench/export_gpu_check.sh", str(out)], cwd=ROOT, env=env, capture_output=True,
+                            text=True, check=False)  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = calls.read_text().splitlines()
+    assert lines[0] == "setup.py build_ext --inplace"
+    assert any(line.startswith("sanitizer --tool memcheck") for line in lines)
+    assert any(line.startswith("-m bench.conv_bench --out") for line in lines)
+    train = [line for line in lines if line.startswith("train.py")]
+    assert len(train) == 1 and "model.width_multiplier=1.0" in train[0] and "trainer=gpu" in train[0]
+    exports = [line.split() for line in lines if line.startswith("export.py")]
+    assert len(exports) == 6
+    for batch in (1, 16, 256):
+        for norms, fold in (("folded", "true"), ("kept", "false")):
+            report = json.loads((out / f"report_{norms}_b{batch}.json").read_text())["args"].split()
+            assert f"batch_size={batch}" in report and f"fold_batch_norm={fold}" in report
+            assert "layer_choice=fastest" in report
