@@ -126,15 +126,8 @@ __global__ void __launch_bounds__(kThreads, 1) gather_kernel(Args a, const __gri
 }
 
 CUtensorMap rows_map(const torch::Tensor& xt) {
-  static const auto encode = [] {
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    TORCH_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found) ==
-                        cudaSuccess &&
-                    found == cudaDriverEntryPointSuccess,
-                "no cuTensorMapEncodeTiled");
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
-  }();
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
+  TORCH_CHECK(encode != nullptr, "no cuTensorMapEncodeTiled");
   CUtensorMap map{};
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(xt.size(1)), static_cast<cuuint64_t>(xt.size(0))};
   const cuuint64_t row_bytes[1] = {static_cast<cuuint64_t>(xt.size(1)) * 2};

@@ -1,11 +1,15 @@
 // Inline-PTX wrappers of the sm_90a warpgroup MMA (wgmma) used by the Hopper TW kernels: D(64 x N, fp32) +=
 // A(64 x 16) B(16 x N) with both operands in shared memory, MN-major, 128-byte swizzled, plus the mbarrier and
 // register-reallocation primitives of the warp-specialized kernel. PTX names every accumulator register, hence
-// the long operand lists. No torch headers here.
+// the long operand lists; and the host's lookup of the driver's tensor-map encoder for their TMA loads. No torch
+// headers here.
 #pragma once
 
+#include <cuda.h>
+#include <cudaTypedefs.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_runtime.h>
 
 #include <cstdint>
 
@@ -249,6 +253,20 @@ __device__ __forceinline__ void wgmma_k_step(float (&acc)[MIWG][BN / 2], uint32_
 }
 
 #endif  // SPARSEPRUNE_WGMMA
+
+// The driver's tensor-map encoder, looked up once (the runtime links no driver symbols); nullptr if missing.
+inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+  static const auto encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    const cudaError_t err = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,
+                                                             &found);
+    return err == cudaSuccess && found == cudaDriverEntryPointSuccess
+               ? reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn)
+               : nullptr;
+  }();
+  return encode;
+}
 
 }  // namespace tw
 }  // namespace sparseprune

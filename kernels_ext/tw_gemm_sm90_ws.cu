@@ -547,20 +547,6 @@ using Ws64x192 = WsConfig<64, 192, 4, true>;
 using Ws64x128 = WsConfig<64, 128, 6, false>;
 using Ws64x64 = WsConfig<64, 64, 8, false>;
 
-// The driver's tensor-map encoder, looked up once (the runtime links no driver symbols); nullptr if missing.
-PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
-  static const auto encode = [] {
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    const cudaError_t err = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,
-                                                             &found);
-    return err == cudaSuccess && found == cudaDriverEntryPointSuccess
-               ? reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn)
-               : nullptr;
-  }();
-  return encode;
-}
-
 // Tensor map of the packed values (value_rows x G, row-major) in boxes of 64 rows x 64 columns, 128-byte swizzled:
 // one box is one slab of a stage's B operand, in the layout the wgmma descriptors read.
 const char* encode_values_map(const PackedTile& w, DType dtype, CUtensorMap* map) {
