@@ -10,29 +10,35 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# Records each call's arguments, one line per call, and leaves what a finished run leaves behind.
+# Records each call's arguments, one line per call, and leaves what a finished training run or export leaves behind.
 FAKE_PYTHON = """#!/usr/bin/env bash
 printf '%s\\n' "$*" >> "$CALLS"
 for arg in "$@"; do
   case $arg in hydra.run.dir=*) dir=${arg#hydra.run.dir=}; mkdir -p "$dir/checkpoints"; echo '{}' > "$dir/summary.json";
-    touch "$dir/train.log";; esac
+    touch "$dir/train.log";;
+  out_dir=*) mkdir -p "${arg#out_dir=}"; echo "{\\"args\\": \\"$*\\"}" > "${arg#out_dir=}/export_report.json";; esac
 done
 """
+# Stand-ins for the GPU machine's other binaries (bench/gpu_check.sh and the export check call them).
+FAKE_BINARIES = {
+    "nvidia-smi": "#!/bin/sh\n",
+    "compute-sanitizer": '#!/bin/sh\nprintf "sanitizer %s\\n" "$*" >> "$CALLS"\n',
+}
 
 
 def run_script(tmp_path: Path, *args: str, **env: str) -> tuple[subprocess.CompletedProcess, list[str]]:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
-    fake = bin_dir / "python"
-    fake.write_text(FAKE_PYTHON)
-    fake.chmod(0o755)
+    for name, body in {"python": FAKE_PYTHON, **FAKE_BINARIES}.items():
+        (bin_dir / name).write_text(body)
+        (bin_dir / name).chmod(0o755)
     calls = tmp_path / "calls.log"
     full_env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "CALLS": str(calls),
-                "RUNS": str(tmp_path / "runs"), **env}  # fmt: skip
+                "RUNS": str(tmp_path / "runs"), "CUDA_HOME": str(tmp_path / "no-cuda"), **env}  # fmt: skip
     # The study writes its table under bench/results/: run from a copy of bench/ so the checkout stays clean.
     work = tmp_path / "work"
     (work / "bench").mkdir(parents=True, exist_ok=True)
-    for script in ("sweep_gpu.sh", "study_gpu.sh", "workloads.sh"):
+    for script in ("sweep_gpu.sh", "study_gpu.sh", "workloads.sh", "export_gpu_check.sh", "gpu_check.sh"):
         (work / "bench" / script).write_text((ROOT / "bench" / script).read_text())
     result = subprocess.run(["bash", *args], cwd=work, env=full_env, capture_output=True, text=True, check=False)
     return result, calls.read_text().splitlines() if calls.exists() else []
@@ -132,37 +138,10 @@ def test_tagged_study_repeats_with_its_own_dense_model_and_result_names(tmp_path
     assert "TAG=seed1 EXTRA='seed=1' bash bench/study_gpu.sh bert_distill_combined" in collect
 
 
-# Stands in for python in bench/export_gpu_check.sh: records each call and leaves what train.py and export.py leave.
-FAKE_EXPORT_PYTHON = """#!/usr/bin/env bash
-printf '%s\\n' "$*" >> "$CALLS"
-for arg in "$@"; do
-  case $arg in
-    hydra.run.dir=*) mkdir -p "${arg#hydra.run.dir=}/checkpoints";;
-    out_dir=*) mkdir -p "${arg#out_dir=}"; echo "{\\"args\\": \\"$*\\"}" > "${arg#out_dir=}/export_report.json";;
-  esac
-done
-"""
-
-
 def test_export_check_trains_once_and_exports_each_batch_with_and_without_folding(tmp_path: Path) -> None:
-    bin_dir, cuda_bin = tmp_path / "bin", tmp_path / "cuda" / "bin"
-    sanitizer = '#!/bin/sh\nprintf "sanitizer %s\\n" "$*" >> "$CALLS"\n'
-    fakes = (
-        (bin_dir, "python", FAKE_EXPORT_PYTHON),
-        (bin_dir, "nvidia-smi", "#!/bin/sh\n"),
-        (cuda_bin, "compute-sanitizer", sanitizer),
-    )
-    for folder, name, body in fakes:
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / name).write_text(body)
-        (folder / name).chmod(0o755)
-    calls, out = tmp_path / "calls.log", tmp_path / "out"
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "CALLS": str(calls),
-           "CUDA_HOME": str(tmp_path / "cuda")}  # fmt: skip
-    result = subprocess.run(["bash", "bench/export_gpu_check.sh", str(out)], cwd=ROOT, env=env, capture_output=True,
-                            text=True, check=False)  # fmt: skip
+    out = tmp_path / "out"
+    result, lines = run_script(tmp_path, "bench/export_gpu_check.sh", str(out))
     assert result.returncode == 0, result.stdout + result.stderr
-    lines = calls.read_text().splitlines()
     assert lines[0] == "setup.py build_ext --inplace"
     assert any(line.startswith("sanitizer --tool memcheck") for line in lines)
     assert any(line.startswith("-m bench.conv_bench --out") for line in lines)
