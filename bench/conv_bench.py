@@ -1,11 +1,11 @@
-"""Sparse convolutions on a GPU: the extension's im2col kernel alone against F.unfold, and SparseConv2d (im2col plus
-the packed kernel) against dense cuDNN, at VGG16's 3 x 3 layers for one and eight images, fp16.
+"""Sparse convolutions on a GPU: SparseConv2d (the im2col matrix plus the packed kernel) against dense cuDNN, at
+VGG16's 3 x 3 layers for one and eight images, fp16.
 
 Run from the repository root on a GPU with the extension built:
     python -m bench.conv_bench --out bench/results/conv_h200
-writes PREFIX.json/.md (the convolutions) and PREFIX_im2col.json/.md (the matrix alone). Every im2col matrix is
-checked bit for bit against F.unfold, every convolution against F.conv2d in fp32 with the masked weight; TW masks
-come from the project's TW pattern (G = 128) on the layer's random weight, vector-wise N:M masks at random.
+writes PREFIX.json/.md. Every convolution is checked against F.conv2d in fp32 with the masked weight; TW masks come
+from the project's TW pattern (G = 128) on the layer's random weight, vector-wise N:M masks at random. The im2col
+kernels alone are timed by bench.im2col_bench.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ import torch.nn.functional as F
 
 from bench.common import exit_if_any_failed, relative_error, require_kernels, time_cuda, write_results
 from bench.nm_bench import random_nm_mask
-from sparseprune.export.formats.extension import load_kernels
 from sparseprune.export.formats.nm import pack_nm
 from sparseprune.export.formats.tw import pack_tw
 from sparseprune.export.sparse_modules import SparseConv2d, im2col
@@ -28,15 +27,6 @@ from sparseprune.patterns import build_pattern, keep_mask
 LAYERS = {"64x224": (64, 224), "128x112": (128, 112), "256x56": (256, 56), "512x28": (512, 28), "512x14": (512, 14)}
 WEIGHTS = {"tw-0.75": ("tw", 0.75), "tw-0.9": ("tw", 0.9), "nm-2:8-v128": ((2, 8, 128), 0.75)}
 TOLERANCE = 2e-3
-IM2COL_COLUMNS = [
-    ("layer", "C × H × W"),
-    ("batch", "batch"),
-    ("mbytes", "matrix MB"),
-    ("unfold_us", "F.unfold µs"),
-    ("im2col_us", "im2col kernel µs"),
-    ("write_tbs", "kernel TB/s written"),
-    ("speedup", "× F.unfold"),
-]
 CONV_COLUMNS = [
     ("layer", "Cin × H × W"),
     ("weight", "weight"),
@@ -47,11 +37,6 @@ CONV_COLUMNS = [
     ("speedup", "× cuDNN"),
     ("rel_err", "rel err vs fp32"),
 ]
-IM2COL_LEGEND = (
-    "The feature-major im2col matrix (C·9 × B·H·W) of a 3 × 3 convolution with padding 1 on a random fp16 NCHW input, "
-    "medians of CUDA-graph replays; F.unfold writes (B, C·9, H·W), which for several images needs a second copy to "
-    "reach this layout (not timed); 'TB/s written' is the matrix's bytes over the kernel's time."
-)
 CONV_LEGEND = (
     "A 3 × 3 convolution with padding 1 and Cout = Cin: dense nn.Conv2d in cuDNN against SparseConv2d (the im2col "
     "matrix built as export.py's modules build it, then the packed kernel), fp16, medians of CUDA-graph replays; "
@@ -72,25 +57,6 @@ def packed_conv(conv: torch.nn.Conv2d, weight: str) -> tuple[SparseConv2d, torch
         packed = pack_nm((w_kn * mask).half(), mask, group, vector)
     sparse = SparseConv2d(packed.to("cuda", torch.float16), conv.bias, conv).cuda()
     return sparse, (w_kn * mask).t().reshape(conv.weight.shape).cuda()
-
-
-def im2col_rows(layers: list[str], batches: list[int]) -> list[dict[str, Any]]:
-    kernels = load_kernels()
-    rows = []
-    for layer in layers:
-        channels, side = LAYERS[layer]
-        for batch in batches:
-            x = torch.randn(batch, channels, side, side, device="cuda", dtype=torch.float16)
-            got = kernels.im2col_feature_major(x, 3, 3, 1, 1, 1, 1, 1, 1)
-            unfolded = F.unfold(x, 3, 1, 1, 1)
-            exact = torch.equal(got, unfolded.transpose(0, 1).reshape(unfolded.shape[1], -1))
-            kernel_us = time_cuda(lambda x=x: kernels.im2col_feature_major(x, 3, 3, 1, 1, 1, 1, 1, 1)).median_us
-            unfold_us = time_cuda(lambda x=x: F.unfold(x, 3, 1, 1, 1)).median_us
-            rows.append({"layer": f"{channels} × {side} × {side}", "batch": batch, "mbytes": got.nbytes / 1e6,
-                         "unfold_us": unfold_us, "im2col_us": kernel_us, "write_tbs": got.nbytes / kernel_us / 1e6,
-                         "speedup": unfold_us / kernel_us, "passed": exact})  # fmt: skip
-            print(rows[-1], flush=True)
-    return rows
 
 
 def conv_row(conv: torch.nn.Conv2d, sparse: SparseConv2d, masked: torch.Tensor, x: torch.Tensor) -> dict[str, Any]:
@@ -122,19 +88,16 @@ def conv_rows(layers: list[str], weights: list[str], batches: list[int]) -> list
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--layers", nargs="*", default=list(LAYERS), choices=list(LAYERS))
-    parser.add_argument("--conv-layers", nargs="*", default=["256x56", "512x28", "512x14"], choices=list(LAYERS))
+    parser.add_argument("--layers", nargs="*", default=["256x56", "512x28", "512x14"], choices=list(LAYERS))
     parser.add_argument("--weights", nargs="*", default=list(WEIGHTS), choices=list(WEIGHTS))
     parser.add_argument("--batches", nargs="*", type=int, default=[1, 8])
-    parser.add_argument("--out", type=Path, default=None, help="results prefix: writes PREFIX(_im2col).json/.md")
+    parser.add_argument("--out", type=Path, default=None, help="results prefix: writes PREFIX.json/.md")
     args = parser.parse_args()
     require_kernels("conv_bench")
-    matrices = im2col_rows(args.layers, args.batches)
-    convs = conv_rows(args.conv_layers, args.weights, args.batches)
+    convs = conv_rows(args.layers, args.weights, args.batches)
     if args.out:
-        write_results(args.out.with_name(args.out.name + "_im2col"), matrices, IM2COL_COLUMNS, [IM2COL_LEGEND])
         write_results(args.out, convs, CONV_COLUMNS, [CONV_LEGEND])
-    exit_if_any_failed(matrices + convs)
+    exit_if_any_failed(convs)
 
 
 if __name__ == "__main__":

@@ -1,13 +1,12 @@
 #!/usr/bin/env bash
 # The product path on a GPU machine, from the repository root, in under 9 minutes: build the extension in place,
 # run the export, folding, layer-choice and im2col tests, compute-sanitizer memcheck on the im2col kernels, time
-# the sparse convolutions (bench.conv_bench), then train the full-width VGG16 on Fashion-MNIST, prune it to 75% TW
-# in three stages and export it at 1, 16 and 256 images with and without folded batch norms. Every step runs under
-# `timeout` and within one overall deadline.
+# the im2col kernels (bench.im2col_bench at 1, 16 and 256 images) and the sparse convolutions (bench.conv_bench),
+# then train the full-width VGG16 on Fashion-MNIST, prune it to 75% TW in three stages and export it at 1, 16 and
+# 256 images with and without folded batch norms. Every step runs under `timeout` and within one overall deadline.
 # Usage: SPARSEPRUNE_DATA_DIR=<dir holding FashionMNIST/raw> bash bench/export_gpu_check.sh [OUT_DIR]  (default: $OUT)
-# Writes OUT_DIR/{device.txt,build.log,pytest.log,memcheck.log,conv.log,train.log,export_*.log} and
-# OUT_DIR/conv.{json,md}, OUT_DIR/conv_im2col.{json,md}, OUT_DIR/report_{folded,kept}_bB.json; exits non-zero if
-# any step failed.
+# Writes OUT_DIR/{device.txt,build.log,pytest.log,memcheck.log,im2col.log,conv.log,train.log,export_*.log} and
+# OUT_DIR/{im2col,conv}.{json,md}, OUT_DIR/report_{folded,kept}_bB.json; exits non-zero if any step failed.
 set -uo pipefail
 
 out=${1:-${OUT:?usage: bench/export_gpu_check.sh OUT_DIR (or set OUT)}}
@@ -18,8 +17,9 @@ step pytest "$out/pytest.log" 150 python -m pytest -x -q -p no:cacheprovider tes
   tests/test_fold.py tests/test_layer_choice.py tests/test_timing.py tests/test_tw_kernel.py -k "not sweep"
 sanitizer="$CUDA_HOME/bin/compute-sanitizer"
 [ -x "$sanitizer" ] || sanitizer=compute-sanitizer
-step memcheck "$out/memcheck.log" 90 "$sanitizer" --tool memcheck --error-exitcode 3 \
+step memcheck "$out/memcheck.log" 120 "$sanitizer" --tool memcheck --error-exitcode 3 \
   python -m pytest -q -p no:cacheprovider tests/test_tw_kernel.py -k "im2col_kernel_matches and dtype0"
+step im2col "$out/im2col.log" 60 python -m bench.im2col_bench --batches 1 16 256 --out "$out/im2col"
 step conv "$out/conv.log" 60 python -m bench.conv_bench --out "$out/conv"
 
 run=$(mktemp -d)

@@ -288,10 +288,21 @@ at::Tensor nm_matmul(const at::Tensor& x, const at::Tensor& values, const at::Te
   return y;
 }
 
+// The im2col kernel a name selects: "auto" (by size), or one forced for tests and benchmarks.
+sparseprune::im2col::Kernel im2col_kernel_named(const std::string& name) {
+  using sparseprune::im2col::Kernel;
+  if (name == "auto") return Kernel::kAuto;
+  if (name == "staged") return Kernel::kStaged;
+  if (name == "direct") return Kernel::kDirect;
+  TORCH_CHECK(name == "spread", "kernel must be 'auto', 'staged', 'direct' or 'spread', got '", name, "'");
+  return Kernel::kDirectSpread;
+}
+
 // im2col of a convolution input x (B, C, H, W; fp16/bf16 on CUDA, any strides) into the feature-major matrix
 // (C*kh*kw, B*oh*ow) that a TW weight's kernel reads, in one pass.
 at::Tensor im2col_feature_major(const at::Tensor& x, int64_t kh, int64_t kw, int64_t dh, int64_t dw, int64_t ph,
-                                int64_t pw, int64_t sh, int64_t sw) {
+                                int64_t pw, int64_t sh, int64_t sw, const std::string& kernel) {
+  const auto which = im2col_kernel_named(kernel);
   TORCH_CHECK(x.dim() == 4, "x must be 4-D (B, C, H, W), got ", num(x.dim()), "-D");
   TORCH_CHECK(x.is_cuda(), "x must be a CUDA tensor");
   const auto dtype = x.scalar_type();
@@ -329,7 +340,7 @@ at::Tensor im2col_feature_major(const at::Tensor& x, int64_t kh, int64_t kw, int
   p.out_w = static_cast<int>(out_w);
   p.out = static_cast<uint16_t*>(out.data_ptr());
   p.stream = c10::cuda::getCurrentCUDAStream(x.device().index()).stream();
-  const char* err = sparseprune::im2col::launch_im2col_feature_major(p);
+  const char* err = sparseprune::im2col::launch_im2col_feature_major(p, which);
   TORCH_CHECK(err == nullptr, "im2col_feature_major failed: ", err ? err : "");
   return out;
 }
@@ -457,7 +468,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("im2col_feature_major", &im2col_feature_major,
         "im2col of x (B, C, H, W) into (C*kh*kw, B*oh*ow), the feature-major layout of the TW kernels",
         pybind11::arg("x"), pybind11::arg("kh"), pybind11::arg("kw"), pybind11::arg("dh"), pybind11::arg("dw"),
-        pybind11::arg("ph"), pybind11::arg("pw"), pybind11::arg("sh"), pybind11::arg("sw"));
+        pybind11::arg("ph"), pybind11::arg("pw"), pybind11::arg("sh"), pybind11::arg("sw"),
+        pybind11::arg("kernel") = "auto");
 #ifdef SPARSEPRUNE_SP24
   m.def("sp24_available", &sp24::available, "True when the 2:4 kernels hold sm_90a code that this device runs");
   m.def("sp24_compress", &sp24_compress, "Compresses a 2:4 weight W (N x K) into values and CUTLASS metadata",

@@ -10,10 +10,11 @@
 // output on its own. On an H200 this writes VGG16's matrices 1.3-2.7x faster than the direct kernel
 // (bench/results/conv_h200_im2col_ab.md).
 //
-// Smaller planes (VGG16 on 32 x 32 images ends in 4 x 4 and 2 x 2) would give a CTA a few dozen outputs, so there
-// one thread owns 8 consecutive outputs m of one channel, across images, and writes them for every tap, reading
-// the input through L1/L2: faster than staging planes at these sizes, even when a staging CTA took many images
-// (bench/results/export_h200_vgg16_fmnist_tw75_folded.md).
+// Small planes (VGG16 on 32 x 32 images ends in 4 x 4 and 2 x 2) would give a staging CTA a few dozen outputs, and
+// few planes would leave SMs without a CTA; there the direct kernel runs: a thread owns 8 consecutive outputs m of
+// one channel, across images, reading the input through L1/L2, and writes them for every tap or, where the whole
+// copy has few such groups, for one tap each. takes_direct() and spreads_taps() hold the measured rules
+// (bench/results/im2col_h200_dispatch.md); Kernel forces either kernel for tests and benchmarks.
 #include "im2col.h"
 
 namespace sparseprune {
@@ -24,8 +25,10 @@ constexpr int kThreads = 128;
 constexpr int kMaxShiftedCopies = 5;         // kw beyond this stages one copy: kw copies would crowd the SM
 constexpr int kBandBytes = 16 * 1024;        // shared memory a CTA aims at, so that several CTAs share an SM
 constexpr int kMaxBandBytes = 200 * 1024;    // a single output row's staging may not exceed this
-constexpr int kStagedFrom = 64;              // outputs per plane from which the staged kernel runs
-constexpr int kDirectThreads = 256;
+constexpr int kDirectThreads = 256;          // threads of a direct block where each thread writes every tap
+constexpr int kSpreadGroups = 32;            // groups of 8 outputs per direct block where the taps are spread
+constexpr int kMaxSpreadTaps = 32;           // taps (kh*kw) up to which they may be spread over a block's threads
+constexpr int64_t kSpreadBelow = 24 * 1024;  // groups of 8 outputs (all channels) below which taps are spread
 constexpr int kDirectOutputs = 8;            // outputs per thread and row of the direct kernel: one 16-byte store
 constexpr int kMaxGridRows = 65535;          // gridDim.y limit: channels beyond it are walked by the same blocks
 
@@ -147,11 +150,13 @@ __global__ void __launch_bounds__(kThreads) im2col_staged_kernel(Problem p, Band
   }
 }
 
-// One thread per 8 consecutive outputs m of one channel (across images), every tap: their (b, oh, ow) are worked
-// out once, and each tap's 8 values leave in one 16-byte store.
-__global__ void __launch_bounds__(kDirectThreads) im2col_direct_kernel(Problem p) {
+// Threads (x, y) of a block own 8 consecutive outputs m of one channel (across images), x-th of the block's, and
+// the taps y, y + blockDim.y, ...: the outputs' (b, oh, ow) are worked out once, each tap's 8 values leave in one
+// 16-byte store, and the taps of one output read the same input lines, through the SM's L1. Spreading the taps over
+// threads keeps enough reads in flight where one image's small planes give a channel only a few groups of 8.
+__global__ void __launch_bounds__(kSpreadGroups * kMaxSpreadTaps) im2col_direct_kernel(Problem p) {
   const int m_total = p.batch * p.out_h * p.out_w;
-  const int m0 = (blockIdx.x * kDirectThreads + threadIdx.x) * kDirectOutputs;
+  const int m0 = (blockIdx.x * blockDim.x + threadIdx.x) * kDirectOutputs;
   if (m0 >= m_total) return;
   const int plane = p.out_h * p.out_w;
   const bool vector_store = m_total % kDirectOutputs == 0 && m0 + kDirectOutputs <= m_total;  // 16-byte aligned rows
@@ -172,39 +177,59 @@ __global__ void __launch_bounds__(kDirectThreads) im2col_direct_kernel(Problem p
   }
   for (int c = blockIdx.y; c < p.channels; c += gridDim.y) {
     const uint16_t* x_c = p.x + c * p.stride_c;
-    uint16_t* out = p.out + static_cast<int64_t>(c) * p.kh * p.kw * m_total + m0;
-    for (int i = 0; i < p.kh; ++i) {
-      for (int j = 0; j < p.kw; ++j, out += m_total) {
-        uint16_t v[kDirectOutputs];
+    uint16_t* const out_c = p.out + static_cast<int64_t>(c) * p.kh * p.kw * m_total + m0;
+    for (int tap = threadIdx.y; tap < p.kh * p.kw; tap += blockDim.y) {
+      const int i = tap / p.kw, j = tap % p.kw;
+      uint16_t v[kDirectOutputs];
 #pragma unroll
-        for (int t = 0; t < kDirectOutputs; ++t) {
-          const int y = top[t] + i * p.dh, x = left[t] + j * p.dw;
-          const bool inside = image[t] >= 0 && y >= 0 && y < p.height && x >= 0 && x < p.width;
-          v[t] = inside ? __ldg(x_c + image[t] + y * p.stride_h + x * p.stride_w) : uint16_t{0};
-        }
-        if (vector_store) {
-          uint4 packed;
-          packed.x = v[0] | (uint32_t{v[1]} << 16);
-          packed.y = v[2] | (uint32_t{v[3]} << 16);
-          packed.z = v[4] | (uint32_t{v[5]} << 16);
-          packed.w = v[6] | (uint32_t{v[7]} << 16);
-          *reinterpret_cast<uint4*>(out) = packed;
-        } else {
-          for (int t = 0; t < kDirectOutputs && m0 + t < m_total; ++t) out[t] = v[t];
-        }
+      for (int t = 0; t < kDirectOutputs; ++t) {
+        const int y = top[t] + i * p.dh, x = left[t] + j * p.dw;
+        const bool inside = image[t] >= 0 && y >= 0 && y < p.height && x >= 0 && x < p.width;
+        v[t] = inside ? __ldg(x_c + image[t] + y * p.stride_h + x * p.stride_w) : uint16_t{0};
+      }
+      uint16_t* const out = out_c + int64_t{tap} * m_total;
+      if (vector_store) {
+        uint4 packed;
+        packed.x = v[0] | (uint32_t{v[1]} << 16);
+        packed.y = v[2] | (uint32_t{v[3]} << 16);
+        packed.z = v[4] | (uint32_t{v[5]} << 16);
+        packed.w = v[6] | (uint32_t{v[7]} << 16);
+        *reinterpret_cast<uint4*>(out) = packed;
+      } else {
+        for (int t = 0; t < kDirectOutputs && m0 + t < m_total; ++t) out[t] = v[t];
       }
     }
   }
 }
 
-const char* launch_direct(const Problem& p) {
+// One thread per group of 8 outputs and every tap reuses the group's indexing 9 times for 3 x 3: 1.0-1.9x faster
+// from 32 Ki groups; below about 16 Ki groups the GPU is not filled, and spreading the taps over threadIdx.y ran
+// 2-3x faster (bench/results/im2col_h200_dispatch.md).
+bool spreads_taps(const Problem& p) {
+  const int64_t groups = (int64_t{p.batch} * p.out_h * p.out_w + kDirectOutputs - 1) / kDirectOutputs;
+  return groups * p.channels < kSpreadBelow && p.kh * p.kw <= kMaxSpreadTaps;
+}
+
+const char* launch_direct(const Problem& p, bool spread) {
   const int64_t m_total = int64_t{p.batch} * p.out_h * p.out_w;
-  const int64_t per_block = int64_t{kDirectThreads} * kDirectOutputs;
-  const dim3 grid(static_cast<unsigned>((m_total + per_block - 1) / per_block),
+  const int64_t groups = (m_total + kDirectOutputs - 1) / kDirectOutputs;  // per channel
+  const int taps = p.kh * p.kw;
+  const int width = spread ? kSpreadGroups : kDirectThreads;
+  const dim3 block(static_cast<unsigned>(groups < width ? groups : width), spread ? taps : 1);
+  const dim3 grid(static_cast<unsigned>((groups + block.x - 1) / block.x),
                   static_cast<unsigned>(p.channels < kMaxGridRows ? p.channels : kMaxGridRows));
-  im2col_direct_kernel<<<grid, kDirectThreads, 0, p.stream>>>(p);
+  im2col_direct_kernel<<<grid, block, 0, p.stream>>>(p);
   const cudaError_t err = cudaGetLastError();
   return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
+}
+
+// The staged kernel, unless the plane is small (under 7 x 7) or, up to 8 x 8, there are 384 Ki outputs or more per
+// tap, where the direct kernel's reads through L1 beat staging, or there are no more planes than an H200 has SMs
+// (132): one staged CTA per plane would leave SMs idle (bench/results/im2col_h200_dispatch.md).
+bool takes_direct(const Problem& p) {
+  const int64_t plane = int64_t{p.out_h} * p.out_w;
+  const int64_t planes = int64_t{p.batch} * p.channels;
+  return plane < 49 || (plane <= 64 && planes * plane >= 384 * 1024) || planes <= 128;
 }
 
 template <int kVector, bool kShifted, int kSide = 0>
@@ -222,13 +247,18 @@ const char* launch(const Problem& p, const Band& band, int64_t blocks) {
 
 }  // namespace
 
-const char* launch_im2col_feature_major(const Problem& p) {
+const char* launch_im2col_feature_major(const Problem& p, Kernel kernel) {
   const int64_t m_total = int64_t{p.batch} * p.out_h * p.out_w;
   const int64_t rows = int64_t{p.channels} * p.kh * p.kw;
   if (m_total >= (int64_t{1} << 31) || rows >= (int64_t{1} << 31)) return "im2col needs B*oh*ow and C*kh*kw < 2^31";
   if (m_total == 0 || rows == 0) return nullptr;
-  if (int64_t{p.out_h} * p.out_w < kStagedFrom) return launch_direct(p);
+  if (kernel == Kernel::kDirectSpread && p.kh * p.kw > kMaxSpreadTaps) return "im2col: too many taps to spread";
+  if (kernel == Kernel::kDirectSpread) return launch_direct(p, true);
+  if (kernel == Kernel::kDirect || (kernel == Kernel::kAuto && takes_direct(p))) {
+    return launch_direct(p, kernel == Kernel::kAuto && spreads_taps(p));
+  }
   const Band band = plan_band(p);
+  if (band.smem_bytes > kMaxBandBytes && kernel == Kernel::kAuto) return launch_direct(p, spreads_taps(p));
   if (band.smem_bytes > kMaxBandBytes) return "im2col: one output row's input rows exceed the shared memory";
   const int64_t blocks = int64_t{p.batch} * p.channels * band.count;
   if (blocks >= (int64_t{1} << 31)) return "im2col needs B*C*bands < 2^31";

@@ -21,9 +21,13 @@ struct Problem {
   cudaStream_t stream;
 };
 
+// Which kernel writes the matrix: kAuto picks by the problem's size (im2col.cu); the others force one, so that
+// tests cover each kernel at every geometry and benchmarks time them side by side.
+enum class Kernel { kAuto, kStaged, kDirect, kDirectSpread };
+
 // Launches the copy; returns nullptr on success, else a static error message (the launch is checked). Needs
 // M = B*oh*ow < 2^31.
-const char* launch_im2col_feature_major(const Problem& p);
+const char* launch_im2col_feature_major(const Problem& p, Kernel kernel = Kernel::kAuto);
 
 }  // namespace im2col
 }  // namespace sparseprune

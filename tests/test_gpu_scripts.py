@@ -144,6 +144,7 @@ def test_export_check_trains_once_and_exports_each_batch_with_and_without_foldin
     assert result.returncode == 0, result.stdout + result.stderr
     assert lines[0] == "setup.py build_ext --inplace"
     assert any(line.startswith("sanitizer --tool memcheck") for line in lines)
+    assert any(line.startswith("-m bench.im2col_bench --batches 1 16 256 --out") for line in lines)
     assert any(line.startswith("-m bench.conv_bench --out") for line in lines)
     train = [line for line in lines if line.startswith("train.py")]
     assert len(train) == 1 and "model.width_multiplier=1.0" in train[0] and "trainer=gpu" in train[0]

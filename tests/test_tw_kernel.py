@@ -332,18 +332,26 @@ IM2COL_GEOMETRIES = [
     ((1, 1), (1, 1), (0, 0), (1, 1)),
 ]
 # (B, C, H, W): 14 x 14 stores 4 outputs at a time, 7 x 7 one, 5 x 6 two; 64 x 64 and 600 x 14 need several bands of
-# output rows per plane; 3 x 4096 stages over 48 KB of shared memory for one output row; planes under 64 outputs
-# (7 x 7, 5 x 6, 4 x 4, 2 x 2) take the direct kernel, 8 x 8 with 70 images the staged one.
+# output rows per plane; 3 x 4096 stages over 48 KB of shared memory for one output row; 70 x 2 x 8 x 8 and 300 x 2 x
+# 4 x 4 give the direct kernel more than one block of outputs per channel.
 IM2COL_INPUTS = [(1, 8, 14, 14), (3, 5, 11, 9), (4, 16, 28, 28), (2, 3, 7, 7), (3, 2, 5, 6), (2, 3, 64, 64),
                  (1, 2, 600, 14), (1, 1, 3, 4096), (70, 2, 8, 8), (300, 2, 4, 4), (40, 3, 2, 2)]  # fmt: skip
+# "auto" picks by size; the others force one kernel, so that each meets every geometry.
+IM2COL_KERNELS = ["auto", "staged", "direct", "spread"]
 
 
+@pytest.mark.parametrize("kernel", IM2COL_KERNELS)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize(("kernel_size", "dilation", "padding", "stride"), IM2COL_GEOMETRIES)
-def test_im2col_kernel_matches_unfold(dtype: torch.dtype, kernel_size, dilation, padding, stride) -> None:
+def test_im2col_kernel_matches_unfold(dtype: torch.dtype, kernel_size, dilation, padding, stride, kernel) -> None:
     """The extension's feature-major im2col against F.unfold, bit for bit: contiguous NCHW and the channel-major view
-    SparseConv2d returns for several images, both directly and through im2col()."""
+    SparseConv2d returns for several images, directly with each kernel and through im2col()."""
     kernels = load_kernels()
+    if kernel == "spread" and kernel_size[0] * kernel_size[1] > 32:
+        with pytest.raises(RuntimeError, match="too many taps"):
+            kernels.im2col_feature_major(torch.zeros(1, 1, 8, 8, device="cuda", dtype=dtype), *kernel_size, *dilation,
+                                         *padding, *stride, kernel=kernel)  # fmt: skip
+        return
     gen = torch.Generator(device="cuda").manual_seed(0)
     for batch, channels, height, width in IM2COL_INPUTS:
         if (
@@ -358,9 +366,10 @@ def test_im2col_kernel_matches_unfold(dtype: torch.dtype, kernel_size, dilation,
         for x in (channel_major.transpose(0, 1).contiguous(), channel_major.transpose(0, 1)):
             expected = F.unfold(x.float(), kernel_size, dilation, padding, stride)
             expected = expected.transpose(0, 1).reshape(expected.shape[1], -1).to(dtype)
-            direct = kernels.im2col_feature_major(x, *kernel_size, *dilation, *padding, *stride)
-            columns, _, _ = im2col(x, kernel_size, dilation, padding, stride, feature_major=True)
-            for got in (direct, columns):
+            results = [kernels.im2col_feature_major(x, *kernel_size, *dilation, *padding, *stride, kernel=kernel)]
+            if kernel == "auto":
+                results.append(im2col(x, kernel_size, dilation, padding, stride, feature_major=True)[0])
+            for got in results:
                 assert got.is_contiguous() and torch.equal(got, expected), f"{tuple(x.shape)} {x.stride()}"
 
 
@@ -375,6 +384,10 @@ def test_im2col_kernel_rejects_bad_input() -> None:
         kernels.im2col_feature_major(x, 7, 7, 1, 1, 0, 0, 1, 1)
     with pytest.raises(RuntimeError, match="must be positive"):
         kernels.im2col_feature_major(x, 3, 3, 1, 1, 1, 1, 0, 1)
+    with pytest.raises(RuntimeError, match="kernel must be"):
+        kernels.im2col_feature_major(x, 3, 3, 1, 1, 1, 1, 1, 1, kernel="fast")
+    wide = torch.randn(1, 1, 3, 40_000, device="cuda", dtype=torch.float16)
     with pytest.raises(RuntimeError, match="exceed the shared memory"):
-        kernels.im2col_feature_major(torch.zeros(1, 1, 3, 40_000, device="cuda", dtype=torch.float16), 3, 3, 1, 1,
-                                     1, 1, 1, 1)  # fmt: skip
+        kernels.im2col_feature_major(wide, 3, 3, 1, 1, 1, 1, 1, 1, kernel="staged")
+    expected = F.unfold(wide, 3, 1, 1, 1)[0]  # a row too wide to stage: "auto" falls back to the direct kernel
+    assert torch.equal(kernels.im2col_feature_major(wide, 3, 3, 1, 1, 1, 1, 1, 1), expected)
