@@ -27,7 +27,7 @@ constexpr int kBandBytes = 16 * 1024;        // shared memory a CTA aims at, so 
 constexpr int kMaxBandBytes = 200 * 1024;    // a single output row's staging may not exceed this
 constexpr int kDirectThreads = 256;          // threads of a direct block where each thread writes every tap
 constexpr int kSpreadGroups = 32;            // groups of 8 outputs per direct block where the taps are spread
-constexpr int kMaxSpreadTaps = 32;           // taps (kh*kw) up to which they may be spread over a block's threads
+constexpr int kMaxSpreadTaps = 16;           // taps (kh*kw) up to which they may be spread over a block's threads
 constexpr int64_t kSpreadBelow = 24 * 1024;  // groups of 8 outputs (all channels) below which taps are spread
 constexpr int kDirectOutputs = 8;            // outputs per thread and row of the direct kernel: one 16-byte store
 constexpr int kMaxGridRows = 65535;          // gridDim.y limit: channels beyond it are walked by the same blocks
@@ -150,11 +150,14 @@ __global__ void __launch_bounds__(kThreads) im2col_staged_kernel(Problem p, Band
   }
 }
 
-// Threads (x, y) of a block own 8 consecutive outputs m of one channel (across images), x-th of the block's, and
-// the taps y, y + blockDim.y, ...: the outputs' (b, oh, ow) are worked out once, each tap's 8 values leave in one
-// 16-byte store, and the taps of one output read the same input lines, through the SM's L1. Spreading the taps over
-// threads keeps enough reads in flight where one image's small planes give a channel only a few groups of 8.
-__global__ void __launch_bounds__(kSpreadGroups * kMaxSpreadTaps) im2col_direct_kernel(Problem p) {
+// Thread x of a block owns 8 consecutive outputs m of one channel (across images), the x-th group of the block's:
+// their (b, oh, ow) are worked out once, each tap's 8 values leave in one 16-byte store, and the taps of one output
+// read the same input lines, through the SM's L1. kSpread gives thread (x, y) tap y alone (blockDim.y = kh*kw), which
+// keeps enough reads in flight where one image's small planes give a channel only a few groups of 8; otherwise a
+// thread writes every tap.
+template <bool kSpread>
+__global__ void __launch_bounds__(kSpread ? kSpreadGroups * kMaxSpreadTaps : kDirectThreads)
+    im2col_direct_kernel(Problem p) {
   const int m_total = p.batch * p.out_h * p.out_w;
   const int m0 = (blockIdx.x * blockDim.x + threadIdx.x) * kDirectOutputs;
   if (m0 >= m_total) return;
@@ -175,28 +178,34 @@ __global__ void __launch_bounds__(kSpreadGroups * kMaxSpreadTaps) im2col_direct_
       }
     }
   }
+  // Tap (i, j) of channel c: gathers the 8 outputs' values and stores them at out.
+  const auto write_tap = [&](const uint16_t* x_c, int i, int j, uint16_t* out) {
+    uint16_t v[kDirectOutputs];
+#pragma unroll
+    for (int t = 0; t < kDirectOutputs; ++t) {
+      const int y = top[t] + i * p.dh, x = left[t] + j * p.dw;
+      const bool inside = image[t] >= 0 && y >= 0 && y < p.height && x >= 0 && x < p.width;
+      v[t] = inside ? __ldg(x_c + image[t] + y * p.stride_h + x * p.stride_w) : uint16_t{0};
+    }
+    if (vector_store) {
+      uint4 packed;
+      packed.x = v[0] | (uint32_t{v[1]} << 16);
+      packed.y = v[2] | (uint32_t{v[3]} << 16);
+      packed.z = v[4] | (uint32_t{v[5]} << 16);
+      packed.w = v[6] | (uint32_t{v[7]} << 16);
+      *reinterpret_cast<uint4*>(out) = packed;
+    } else {
+      for (int t = 0; t < kDirectOutputs && m0 + t < m_total; ++t) out[t] = v[t];
+    }
+  };
   for (int c = blockIdx.y; c < p.channels; c += gridDim.y) {
     const uint16_t* x_c = p.x + c * p.stride_c;
-    uint16_t* const out_c = p.out + static_cast<int64_t>(c) * p.kh * p.kw * m_total + m0;
-    for (int tap = threadIdx.y; tap < p.kh * p.kw; tap += blockDim.y) {
-      const int i = tap / p.kw, j = tap % p.kw;
-      uint16_t v[kDirectOutputs];
-#pragma unroll
-      for (int t = 0; t < kDirectOutputs; ++t) {
-        const int y = top[t] + i * p.dh, x = left[t] + j * p.dw;
-        const bool inside = image[t] >= 0 && y >= 0 && y < p.height && x >= 0 && x < p.width;
-        v[t] = inside ? __ldg(x_c + image[t] + y * p.stride_h + x * p.stride_w) : uint16_t{0};
-      }
-      uint16_t* const out = out_c + int64_t{tap} * m_total;
-      if (vector_store) {
-        uint4 packed;
-        packed.x = v[0] | (uint32_t{v[1]} << 16);
-        packed.y = v[2] | (uint32_t{v[3]} << 16);
-        packed.z = v[4] | (uint32_t{v[5]} << 16);
-        packed.w = v[6] | (uint32_t{v[7]} << 16);
-        *reinterpret_cast<uint4*>(out) = packed;
-      } else {
-        for (int t = 0; t < kDirectOutputs && m0 + t < m_total; ++t) out[t] = v[t];
+    uint16_t* out = p.out + static_cast<int64_t>(c) * p.kh * p.kw * m_total + m0;
+    if constexpr (kSpread) {
+      write_tap(x_c, threadIdx.y / p.kw, threadIdx.y % p.kw, out + int64_t{threadIdx.y} * m_total);
+    } else {
+      for (int i = 0; i < p.kh; ++i) {
+        for (int j = 0; j < p.kw; ++j, out += m_total) write_tap(x_c, i, j, out);
       }
     }
   }
@@ -218,7 +227,11 @@ const char* launch_direct(const Problem& p, bool spread) {
   const dim3 block(static_cast<unsigned>(groups < width ? groups : width), spread ? taps : 1);
   const dim3 grid(static_cast<unsigned>((groups + block.x - 1) / block.x),
                   static_cast<unsigned>(p.channels < kMaxGridRows ? p.channels : kMaxGridRows));
-  im2col_direct_kernel<<<grid, block, 0, p.stream>>>(p);
+  if (spread) {
+    im2col_direct_kernel<true><<<grid, block, 0, p.stream>>>(p);
+  } else {
+    im2col_direct_kernel<false><<<grid, block, 0, p.stream>>>(p);
+  }
   const cudaError_t err = cudaGetLastError();
   return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
 }
