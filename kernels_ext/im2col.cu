@@ -29,7 +29,8 @@ constexpr int kDirectThreads = 256;          // threads of a direct block where 
 constexpr int kSpreadGroups = 32;            // groups of 8 outputs per direct block where the taps are spread
 constexpr int kMaxSpreadTaps = 16;           // taps (kh*kw) up to which they may be spread over a block's threads
 // Blocks per SM the direct kernel's launch bounds ask for, which holds it to 64 registers: a build of the spreading
-// form at 100 registers ran 1.5-2x slower from 8 Ki groups of outputs.
+// form at 100 registers ran a median 1.9x slower from 8 Ki groups of outputs
+// (bench/results/im2col_h200_100_registers.md).
 constexpr int kDirectBlocksPerSm = 65536 / (kDirectThreads * 64);
 constexpr int kSpreadBlocksPerSm = 65536 / (kSpreadGroups * kMaxSpreadTaps * 64);
 constexpr int64_t kSpreadBelow = 24 * 1024;  // groups of 8 outputs (all channels) below which taps are spread
