@@ -59,7 +59,7 @@ def im2col_row(channels: int, side: int, batch: int) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sides", nargs="*", type=int, default=[2, 4, 7, 8, 14, 16, 28, 32, 56])
+    parser.add_argument("--sides", nargs="*", type=int, default=[2, 4, 7, 8, 14, 16, 28, 32, 56, 112, 224])
     parser.add_argument("--channels", nargs="*", type=int, default=[64, 256, 512])
     parser.add_argument("--batches", nargs="*", type=int, default=[1, 2, 4, 8, 16, 32, 64, 128, 256])
     parser.add_argument("--max-mb", type=float, default=2500, help="skips inputs whose matrix would exceed this")

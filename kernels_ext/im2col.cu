@@ -11,7 +11,7 @@
 // (bench/results/conv_h200_im2col_ab.md).
 //
 // Small planes (VGG16 on 32 x 32 images ends in 4 x 4 and 2 x 2) would give a staging CTA a few dozen outputs, and
-// few planes would leave SMs without a CTA; there the direct kernel runs: a thread owns 8 consecutive outputs m of
+// few planes and bands would leave SMs without a CTA; there the direct kernel runs: a thread owns 8 consecutive outputs m of
 // one channel, across images, reading the input through L1/L2, and writes them for every tap or, where the whole
 // copy has few such groups, for one tap each. takes_direct() and spreads_taps() hold the measured rules
 // (bench/results/im2col_h200_dispatch.md); Kernel forces either kernel for tests and benchmarks.
@@ -244,12 +244,14 @@ const char* launch_direct(const Problem& p, bool spread) {
 }
 
 // The staged kernel, unless the plane is small (under 7 x 7) or, up to 8 x 8, there are 384 Ki outputs or more per
-// tap, where the direct kernel's reads through L1 beat staging, or there are no more planes than an H200 has SMs
-// (132): one staged CTA per plane would leave SMs idle (bench/results/im2col_h200_dispatch.md).
-bool takes_direct(const Problem& p) {
+// tap, where the direct kernel's reads through L1 beat staging, or the staged kernel would run 128 CTAs or fewer, which
+// leaves some of an H200's 132 SMs idle, or its band does not fit in shared memory
+// (bench/results/im2col_h200_dispatch.md).
+bool takes_direct(const Problem& p, const Band& band) {
   const int64_t plane = int64_t{p.out_h} * p.out_w;
   const int64_t planes = int64_t{p.batch} * p.channels;
-  return plane < 49 || (plane <= 64 && planes * plane >= 384 * 1024) || planes <= 128;
+  return plane < 49 || (plane <= 64 && planes * plane >= 384 * 1024) || planes * band.count <= 128 ||
+         band.smem_bytes > kMaxBandBytes;
 }
 
 template <int kVector, bool kShifted, int kSide = 0>
@@ -274,11 +276,9 @@ const char* launch_im2col_feature_major(const Problem& p, Kernel kernel) {
   if (m_total == 0 || rows == 0) return nullptr;
   if (kernel == Kernel::kDirectSpread && p.kh * p.kw > kMaxSpreadTaps) return "im2col: too many taps to spread";
   if (kernel == Kernel::kDirectSpread) return launch_direct(p, true);
-  if (kernel == Kernel::kDirect || (kernel == Kernel::kAuto && takes_direct(p))) {
-    return launch_direct(p, kernel == Kernel::kAuto && spreads_taps(p));
-  }
   const Band band = plan_band(p);
-  if (band.smem_bytes > kMaxBandBytes && kernel == Kernel::kAuto) return launch_direct(p, spreads_taps(p));
+  if (kernel == Kernel::kDirect) return launch_direct(p, false);
+  if (kernel == Kernel::kAuto && takes_direct(p, band)) return launch_direct(p, spreads_taps(p));
   if (band.smem_bytes > kMaxBandBytes) return "im2col: one output row's input rows exceed the shared memory";
   const int64_t blocks = int64_t{p.batch} * p.channels * band.count;
   if (blocks >= (int64_t{1} << 31)) return "im2col needs B*C*bands < 2^31";
