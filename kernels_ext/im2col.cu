@@ -1,7 +1,7 @@
 // im2col into the feature-major layout (see im2col.h). The matrix is kh*kw times the input's size, so the copy is
-// bound by its writes; two kernels write it, by the size of an output plane.
+// bound by its writes; two kernels write it, chosen by the problem's size.
 //
-// Planes of 64 outputs or more are staged through shared memory. One CTA owns one band of output rows of one
+// Large planes are staged through shared memory. One CTA owns one band of output rows of one
 // (image, channel) plane: it stages the input rows the band reads, zero padding included, then writes each of the
 // channel's kh*kw output rows as one contiguous run (row (c, i, j), columns b*L + oh0*ow ...), in 16-byte stores
 // where the run allows. With stride 1 along the width and output rows a multiple of 8 wide, the CTA stages kw copies
