@@ -11,9 +11,9 @@
 // (bench/results/conv_h200_im2col_ab.md).
 //
 // Small planes (VGG16 on 32 x 32 images ends in 4 x 4 and 2 x 2) would give a staging CTA a few dozen outputs, and
-// few planes and bands would leave SMs without a CTA; there the direct kernel runs: a thread owns 8 consecutive outputs m of
-// one channel, across images, reading the input through L1/L2, and writes them for every tap or, where the whole
-// copy has few such groups, for one tap each. takes_direct() and spreads_taps() hold the measured rules
+// few planes and bands would leave SMs without a CTA; there the direct kernel runs: a thread owns 8 consecutive
+// outputs m of one channel, across images, reading the input through L1/L2, and writes them for every tap or, where
+// the whole copy has few such groups, for one tap each. takes_direct() and spreads_taps() hold the measured rules
 // (bench/results/im2col_h200_dispatch.md); Kernel forces either kernel for tests and benchmarks.
 #include "im2col.h"
 
@@ -41,6 +41,7 @@ struct Band {
   int rows;         // output rows per band (the last band may have fewer)
   int input_rows;   // staged input rows of a full band
   int pitch;        // staged row length in elements
+  bool shifted;     // takes_shifted_copies(): kw copies, each shifted by one more dilated column
   int copies;       // kw shifted copies, or 1
   int vector;       // outputs per store: 8, 4, 2 or 1
   int count;        // bands per plane
@@ -49,7 +50,9 @@ struct Band {
 
 bool takes_shifted_copies(const Problem& p) { return p.sw == 1 && p.out_w % 8 == 0 && p.kw <= kMaxShiftedCopies; }
 
-__host__ __device__ int input_rows_of(const Problem& p, int out_rows) { return (out_rows - 1) * p.sh + (p.kh - 1) * p.dh + 1; }
+__host__ __device__ int input_rows_of(const Problem& p, int out_rows) {
+  return (out_rows - 1) * p.sh + (p.kh - 1) * p.dh + 1;
+}
 
 // The widest store that divides every run: a run starts at b*L + oh0*ow and holds rows*ow outputs.
 int store_vector(int plane, int band_outputs) {
@@ -61,20 +64,20 @@ int store_vector(int plane, int band_outputs) {
 
 Band plan_band(const Problem& p) {
   Band band{};
-  const bool shifted = takes_shifted_copies(p);
-  band.copies = shifted ? p.kw : 1;
-  band.pitch = shifted ? p.out_w : (p.out_w - 1) * p.sw + (p.kw - 1) * p.dw + 1;  // padded columns read
+  band.shifted = takes_shifted_copies(p);
+  band.copies = band.shifted ? p.kw : 1;
+  band.pitch = band.shifted ? p.out_w : (p.out_w - 1) * p.sw + (p.kw - 1) * p.dw + 1;  // padded columns read
   const int64_t row_bytes = int64_t{band.copies} * band.pitch * 2;
   const auto bytes_of = [&](int rows) { return row_bytes * input_rows_of(p, rows); };
   band.rows = p.out_h;
   while (band.rows > 1 && bytes_of(band.rows) > kBandBytes) band.rows = (band.rows + 1) / 2;
-  if (!shifted && band.rows < p.out_h) {
+  if (!band.shifted && band.rows < p.out_h) {
     // Runs of a partial plane start at oh0*ow: round the rows so those starts keep the plane's store width.
     const int plane_vector = store_vector(p.out_h * p.out_w, p.out_h * p.out_w);
     while (band.rows < p.out_h && (int64_t{band.rows} * p.out_w) % plane_vector != 0) ++band.rows;
   }
   band.input_rows = input_rows_of(p, band.rows);
-  band.vector = shifted ? 8 : store_vector(p.out_h * p.out_w, band.rows * p.out_w);
+  band.vector = band.shifted ? 8 : store_vector(p.out_h * p.out_w, band.rows * p.out_w);
   band.count = (p.out_h + band.rows - 1) / band.rows;
   band.smem_bytes = bytes_of(band.rows);
   return band;
@@ -221,14 +224,17 @@ __global__ void __launch_bounds__(kSpread ? kSpreadGroups * kMaxSpreadTaps : kDi
 // One thread per group of 8 outputs and every tap works out the group's indexing once for all taps: a median 1.8x
 // faster than spreading from 32 Ki groups (all channels). Below 16 Ki groups the GPU is not filled, and spreading the
 // taps over threadIdx.y ran a median 2.3x faster (bench/results/im2col_h200_dispatch.md).
+// Groups of 8 consecutive outputs per channel: the direct kernel's unit of work.
+int64_t direct_groups(const Problem& p) {
+  return (int64_t{p.batch} * p.out_h * p.out_w + kDirectOutputs - 1) / kDirectOutputs;
+}
+
 bool spreads_taps(const Problem& p) {
-  const int64_t groups = (int64_t{p.batch} * p.out_h * p.out_w + kDirectOutputs - 1) / kDirectOutputs;
-  return groups * p.channels < kSpreadBelow && p.kh * p.kw <= kMaxSpreadTaps;
+  return direct_groups(p) * p.channels < kSpreadBelow && p.kh * p.kw <= kMaxSpreadTaps;
 }
 
 const char* launch_direct(const Problem& p, bool spread) {
-  const int64_t m_total = int64_t{p.batch} * p.out_h * p.out_w;
-  const int64_t groups = (m_total + kDirectOutputs - 1) / kDirectOutputs;  // per channel
+  const int64_t groups = direct_groups(p);
   const int taps = p.kh * p.kw;
   const int width = spread ? kSpreadGroups : kDirectThreads;
   const dim3 block(static_cast<unsigned>(groups < width ? groups : width), spread ? taps : 1);
@@ -282,8 +288,8 @@ const char* launch_im2col_feature_major(const Problem& p, Kernel kernel) {
   if (band.smem_bytes > kMaxBandBytes) return "im2col: one output row's input rows exceed the shared memory";
   const int64_t blocks = int64_t{p.batch} * p.channels * band.count;
   if (blocks >= (int64_t{1} << 31)) return "im2col needs B*C*bands < 2^31";
-  if (takes_shifted_copies(p) && p.kh == 3 && p.kw == 3) return launch<8, true, 3>(p, band, blocks);
-  if (takes_shifted_copies(p)) return launch<8, true>(p, band, blocks);
+  if (band.shifted && p.kh == 3 && p.kw == 3) return launch<8, true, 3>(p, band, blocks);
+  if (band.shifted) return launch<8, true>(p, band, blocks);
   switch (band.vector) {
     case 8: return launch<8, false>(p, band, blocks);
     case 4: return launch<4, false>(p, band, blocks);
