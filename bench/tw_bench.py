@@ -7,6 +7,7 @@ Every case is checked against an fp32 reference on fresh random inputs before it
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 from collections.abc import Callable
@@ -30,7 +31,7 @@ from bench.common import (
     worst_error,
     write_results,
 )
-from sparseprune.export.formats.tw import PackedTW, pack_tw
+from sparseprune.export.formats.tw import MMA_GEMV_MAX_M, PackedTW, pack_tw
 
 log = logging.getLogger("tw_bench")
 
@@ -45,12 +46,15 @@ SHAPES: dict[str, tuple[int, int, int]] = {  # name: (M, K, N), cheapest first s
     "cube_8192": (8192, 8192, 8192),
 }
 EMULATION_MAX_BYTES = 2 << 30
+GEMV_FORCED_MAX_M = 1024  # rows up to which each case also times the tensor-core GEMV forced
 # What every call adds after the product: the TW kernels fuse it; dense, ideal and the emulation run it as torch ops.
 EPILOGUES: dict[str, str | None] = {"none": None, "bias": None, "bias-relu": "relu", "bias-gelu": "gelu"}
 LEGEND = (
     "Times are medians of CUDA-graph replays (launch overhead excluded) on the same device in one run; "
     "'TW' takes x row-major (M x K) and includes its transpose, 'TW-fm' takes x feature-major (K x M); "
-    "the 'wgmma' and 'wgmma.ws' columns force the two Hopper kernels on feature-major x ('auto' picks wgmma.ws)."
+    "the 'wgmma' and 'wgmma.ws' columns force the two Hopper kernels on feature-major x ('auto' picks wgmma.ws "
+    f"past {MMA_GEMV_MAX_M} rows), the 'gemv.mma' columns the tensor-core GEMV with 32 or 64 rows of x per CTA "
+    f"(what 'auto' picks from 17 to {MMA_GEMV_MAX_M} rows)."
 )
 SHORT_COLUMNS = {
     "shape",
@@ -66,6 +70,8 @@ SHORT_COLUMNS = {
     "fm_of_ideal",
     "tw_fm_wgmma_ws_us",
     "tw_fm_wgmma_us",
+    "tw_fm_gemv_mma32_us",
+    "tw_fm_gemv_mma64_us",
     "ws_of_ideal",
     "wgmma_of_ideal",
     "fm_of_bound",
@@ -88,6 +94,8 @@ COLUMNS = [
     ("tw_fm_mma_sync_us", "TW-fm µs (mma.sync)"),
     ("tw_fm_wgmma_us", "TW-fm µs (wgmma)"),
     ("tw_fm_wgmma_ws_us", "TW-fm µs (wgmma.ws)"),
+    ("tw_fm_gemv_mma32_us", "TW-fm µs (gemv.mma32)"),
+    ("tw_fm_gemv_mma64_us", "TW-fm µs (gemv.mma64)"),
     ("speedup", "TW ×dense"),
     ("speedup_fm", "TW-fm ×dense"),
     ("ideal_ratio", "ideal ×dense"),
@@ -127,6 +135,11 @@ def hopper_kernels(m: int, granularity: int) -> tuple[str, ...]:
     if torch.cuda.get_device_capability() != (9, 0) or granularity == 32 or m <= 16:
         return ()
     return ("wgmma", "wgmma.ws")
+
+
+def gemv_kernels(m: int) -> tuple[str, ...]:
+    """The tensor-core GEMV forced at each of its row blocks, from where it is the only GEMV to GEMV_FORCED_MAX_M."""
+    return ("gemv.mma32", "gemv.mma64") if 16 < m <= GEMV_FORCED_MAX_M else ()
 
 
 def emulation(packed: PackedTW) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -174,8 +187,10 @@ def run_case(
     check_only: bool,
     profile_kernels: bool = False,
     epilogue: str = "none",
+    rows: int | None = None,
 ) -> dict[str, Any]:
     m, k, n = SHAPES[name]
+    m = rows or m
     dev = torch.device("cuda")
     mask = bench_tw_mask(k, n, granularity, sparsity, gen).to(dev)
     cuda_gen = torch.Generator(device=dev).manual_seed(int(torch.randint(1 << 30, (1,), generator=gen)))
@@ -214,7 +229,7 @@ def run_case(
         "rel_err_fm": relative_error(y_fm.t(), ref),
         "rel_err_emul": relative_error(emul(x), ref) if emul else None,
     }
-    for kernel in hopper_kernels(m, granularity):
+    for kernel in hopper_kernels(m, granularity) + gemv_kernels(m):
         row[f"rel_err_{kernel}"] = relative_error(tw(kernel).t(), ref)
     worst = worst_error(v for key, v in row.items() if key.startswith("rel_err") and v is not None)
     row["passed"] = worst <= TOLERANCE[dtype]
@@ -223,7 +238,8 @@ def run_case(
     k_ideal = max(8, round((1 - sparsity) * k / 8) * 8)
     x_ideal, b_ideal = x[:, :k_ideal].contiguous(), b[:k_ideal].contiguous()
     # The timings a case may lack (no mma.sync run at M <= 16, no Hopper kernel, no emulation) read None.
-    row.update(dict.fromkeys(["tw_fm_mma_sync_us", "tw_fm_wgmma_us", "tw_fm_wgmma_ws_us", "emul_us"]))
+    forced = ["mma_sync", "wgmma", "wgmma_ws", "gemv_mma32", "gemv_mma64"]
+    row.update(dict.fromkeys([f"tw_fm_{kernel}_us" for kernel in forced] + ["emul_us"]))
     # At the decode sizes each timed call reads its weight from HBM (bench.common.Rotation), as in a model.
     row["cold_weights"] = m <= COLD_WEIGHTS_MAX_M
     t_dense = time_into(row, "dense_us", Rotation(lambda w: finish(torch.matmul(x, w)), b, b.nbytes, m))
@@ -236,6 +252,8 @@ def run_case(
         kernel: time_into(row, f"tw_fm_{kernel.replace('.', '_')}_us", lambda kernel=kernel: tw(kernel))
         for kernel in hopper_kernels(m, granularity)
     }
+    for kernel in gemv_kernels(m):
+        time_into(row, f"tw_fm_{kernel.replace('.', '_')}_us", lambda kernel=kernel: tw(kernel))
     t_emul = None
     if gather:
         emul_bytes = packed.num_tiles * packed.max_tile_k * granularity * x.element_size()
@@ -286,6 +304,9 @@ def main() -> None:
     parser.add_argument("--granularities", nargs="*", type=int, default=[64, 128])
     parser.add_argument("--profile", action="store_true", help="also log per-kernel device times of each case")
     parser.add_argument(
+        "--rows", nargs="+", type=int, default=[None], help="run every shape at each of these M instead of its own"
+    )
+    parser.add_argument(
         "--epilogue",
         choices=list(EPILOGUES),
         default="none",
@@ -298,21 +319,21 @@ def main() -> None:
     columns = COLUMNS[:7] + [("rel_err", "rel err"), ("passed", "passed")] if args.check_only else COLUMNS
     rows: list[dict[str, Any]] = []
     for name in args.shapes:
-        for granularity in args.granularities:
-            for sparsity in args.sparsities:
-                gen = case_generator(args.seed, name, granularity, sparsity)
-                row = run_case(name, granularity, sparsity, dtype, gen, args.check_only, args.profile, args.epilogue)
-                rows.append(row)
-                log.info(
-                    "%s G=%d s=%.2f err=%.2e speedup_fm=%s",
-                    name,
-                    granularity,
-                    sparsity,
-                    row["rel_err"],
-                    f"{row['speedup_fm']:.2f}" if "speedup_fm" in row else "-",
-                )
-                if "profile_fm" in row:
-                    log.info("  kernels fm: %s\n  kernels row-major: %s", row["profile_fm"], row["profile_row_major"])
+        for m, granularity, sparsity in itertools.product(args.rows, args.granularities, args.sparsities):
+            gen = case_generator(args.seed, name, granularity, sparsity)
+            row = run_case(name, granularity, sparsity, dtype, gen, args.check_only, args.profile, args.epilogue, m)
+            rows.append(row)
+            log.info(
+                "%s M=%d G=%d s=%.2f err=%.2e speedup_fm=%s",
+                name,
+                row["M"],
+                granularity,
+                sparsity,
+                row["rel_err"],
+                f"{row['speedup_fm']:.2f}" if "speedup_fm" in row else "-",
+            )
+            if "profile_fm" in row:
+                log.info("  kernels fm: %s\n  kernels row-major: %s", row["profile_fm"], row["profile_row_major"])
         if args.out:  # after every shape, so a run cut short still leaves its finished cases
             write_results(args.out, rows, columns, case_notes(rows, args.dtype, legend(args.epilogue)))
     short = [c for c in columns if c[0] in SHORT_COLUMNS] if not args.check_only else columns

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <type_traits>
 
 #include "tw_gemm.h"
@@ -704,6 +705,9 @@ const char* launch_tiles(const PackedTile& w, const Problem& p, int splits) {
 // Implemented in tw_gemv.cu: the plan for M <= kSmallM (kGemv, or kGemvMma above kGemvMaxM rows of an x with
 // 16-byte rows, which the binding transposes a row-major x into), and its launch.
 Plan gemv_plan(const PackedTile& w, const Problem& p);
+// Past kSmallM rows (x feature-major with 16-byte rows), the tensor-core GEMV's plan where it takes the call: forced
+// (Path::kGemvMma), or chosen up to kMmaGemvMaxM rows; nullopt leaves the call to the GEMM kernels.
+std::optional<Plan> mma_gemv_plan(const PackedTile& w, const Problem& p);
 const char* launch_gemv(const PackedTile& w, const Problem& p, const Plan& plan);
 // Implemented in tw_gemm_sm90.cu.
 // True when the wgmma kernels hold sm_90a machine code that this (Hopper) device runs.

@@ -363,6 +363,7 @@ const char* run(const PackedTile& w, const Problem& p) {
 
 Plan make_plan(const PackedTile& w, const Problem& p) {
   if (p.M <= kSmallM) return gemv_plan(w, p);
+  if (const std::optional<Plan> plan = mma_gemv_plan(w, p)) return *plan;
   Plan plan{};
   const bool hopper_ok = (w.granularity == 64 || w.granularity == 128) && wgmma_available();
   const Path wanted = p.path == Path::kAuto ? (hopper_ok ? Path::kWgmmaWs : Path::kMmaSync) : p.path;
@@ -389,6 +390,12 @@ Plan make_plan(const PackedTile& w, const Problem& p) {
 bool needs_workspace(const PackedTile& w, const Problem& p) {
   if (w.num_tiles == 0) return false;
   return make_plan(w, p).splits > 1;
+}
+
+bool runs_gemv(const PackedTile& w, const Problem& p) {
+  if (w.num_tiles == 0) return false;  // the finalize pass alone writes y (see run)
+  const Path path = make_plan(w, p).path;
+  return path == Path::kGemv || path == Path::kGemvMma;
 }
 
 const char* launch_tw_matmul(const PackedTile& w, const Problem& p) {

@@ -11,8 +11,8 @@ namespace tw {
 
 enum class DType : int { kHalf = 0, kBFloat16 = 1 };
 enum class Activation : int { kNone = 0, kRelu = 1, kGelu = 2 };
-// Kernel family: auto picks a GEMV for M <= kSmallM (on CUDA cores, or kGemvMma on tensor cores), else the
-// warp-specialized wgmma kernel on Hopper builds, else mma.sync. kWgmma is the earlier wgmma kernel (every thread
+// Kernel family: auto picks a GEMV for M <= kSmallM (on CUDA cores, or kGemvMma on tensor cores), the tensor-core
+// GEMV up to kMmaGemvMaxM, else the warp-specialized wgmma kernel on Hopper builds, else mma.sync. kWgmma is the earlier wgmma kernel (every thread
 // loads and multiplies), kept for A/B comparison.
 enum class Path : int { kAuto = 0, kMmaSync = 1, kWgmma = 2, kWgmmaWs = 3, kGemv = 4, kGemvMma = 5, kUnavailable = 6 };
 
@@ -51,7 +51,8 @@ struct Problem {
   bool y_vec16;     // y base is 16-byte aligned and the contiguous stride is a multiple of 8 elements
   float* workspace; // zeroed fp32, M * num_tiles * G entries, when needs_workspace() says so, else unused
   int num_sms;
-  Path path;  // kAuto, or kMmaSync / kWgmma / kWgmmaWs to force a tensor-core kernel (tests and benchmarks)
+  Path path;  // kAuto, or kMmaSync / kWgmma / kWgmmaWs / kGemvMma to force a kernel family (tests and benchmarks)
+  int gemv_rows;  // rows of x per tensor-core GEMV CTA past kSmallM, forced (32 or 64), or 0: chosen
   // x was written by the kernel launched just before, of the same call (the binding's transpose): the tensor-core
   // kernels then start as its programmatic dependents and wait for it before their first read of x.
   bool x_from_prior_kernel;
@@ -68,6 +69,7 @@ struct Plan {
 constexpr int kKStep = 32;  // kept K of every tile is padded to a multiple of this
 constexpr int kSmallM = 16;   // M up to this is memory bound: a GEMV streams each packed value once
 constexpr int kGemvMaxM = 8;  // M up to this runs on CUDA cores; above, an x with 16-byte rows on tensor cores
+constexpr int kMmaGemvMaxM = 128;  // M up to this runs the tensor-core GEMV (one launch), above the GEMM kernels
 // Kept K from which a tile's items are long enough for the warp-specialized kernel's configurations that finish only
 // through the direct epilogue (cooperative 256-row items, and the four-stage 192-row ones).
 constexpr int kLongItemK = 1024;
@@ -83,6 +85,9 @@ inline bool finishes_long_items_directly(const PackedTile& w, const Problem& p, 
 Plan make_plan(const PackedTile& w, const Problem& p);
 // True when the launch needs the zeroed fp32 workspace.
 bool needs_workspace(const PackedTile& w, const Problem& p);
+// True when a GEMV kernel runs the call: it writes a row-major y's scattered kept columns itself, so a row-major
+// call needs no transpose of y.
+bool runs_gemv(const PackedTile& w, const Problem& p);
 
 // Launches the TW GEMM. Large M needs x feature-major (sxm == 1, sxk % 8 == 0, 16-byte aligned).
 // Returns nullptr on success, else a static error message (the launch error is checked after every kernel).

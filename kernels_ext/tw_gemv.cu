@@ -91,11 +91,12 @@ class SliceOutputs {
 };
 
 // The CTA's share of the pruned columns, written after its own outputs; none after a K split, whose finalize pass
-// writes every column.
+// writes every column. The CTAs of every slice and row block (blockIdx.z) share them.
 template <typename T>
 __device__ __forceinline__ FinalizeCursor<T> pruned_share(const PackedTile& w, const Problem& p) {
-  const int64_t workers = gridDim.y > 1 ? 0 : static_cast<int64_t>(gridDim.x) * kGemvThreads;
-  return FinalizeCursor<T>(w, p, false, static_cast<int64_t>(blockIdx.x) * kGemvThreads + threadIdx.x, workers);
+  const int64_t ctas = static_cast<int64_t>(gridDim.x) * gridDim.z;
+  const int64_t cta = static_cast<int64_t>(blockIdx.z) * gridDim.x + blockIdx.x;
+  return FinalizeCursor<T>(w, p, false, cta * kGemvThreads + threadIdx.x, gridDim.y > 1 ? 0 : ctas * kGemvThreads);
 }
 
 // CUDA cores (M <= kGemvMaxM, or an x without 16-byte rows). Each lane streams value vectors
@@ -406,36 +407,64 @@ __global__ void __launch_bounds__(kGemvThreads) tw_gemv_whole_x_kernel(PackedTil
   }
 }
 
-// Tensor cores (kGemvMaxM < M <= kSmallM, x feature-major with 16-byte rows): the rows of x fill the 16 rows of an
-// m16n8k16 MMA and the slice's 32 columns four n8 fragments. Warp `warp` takes the K steps of 16 kept rows warp,
-// warp + 8, ... in batches of kMmaBatch, with no CTA barrier in its main loop: into its own shared-memory stages it
-// copies a batch's packed values (16-byte cp.async) and gathers the batch's kept rows of x (one 16-byte copy per
-// lane and step, zeros past M and for padding rows), from row indices loaded a batch ahead, while it multiplies the
-// batch before. Two-step batches leave room for three CTAs per SM, so the 344 CTAs of a 4096 x 11008 weight run in
-// one round. Measured on an H200 (bench/results/tw_h200_gemv_mma.md): values loaded straight into registers (8 bytes
-// per lane, as the B fragments need them) streamed 14-21% slower; four-step batches with two CTAs per SM were 2-7%
-// faster at 40-50% sparsity but 9% slower at 30% and 8-28% slower on the even tiles of vector-wise N:M.
-constexpr int kMmaBatch = 2;                          // K steps per batch; a warp has two batches in flight
-constexpr int kMmaXBytes = 16 * kSmallM * 2;          // one step's gathered x, [16 kept rows][kSmallM m]
-constexpr int kMmaValueBytes = 16 * kGemvSliceCols * 2;  // one step's packed values, [16 kept rows][32 columns]
-constexpr int kMmaStepBytes = kMmaXBytes + kMmaValueBytes;
-constexpr int kMmaWarpBytes = 2 * kMmaBatch * kMmaStepBytes;  // two batches of stages
-constexpr int kMmaSmemBytes = kGemvWarps * kMmaWarpBytes;
+// Tensor cores (x feature-major with 16-byte rows, from kGemvMaxM rows up to kMmaGemvMaxM): each CTA owns a slice of
+// 32 columns of one tile over the tile's kept K and 16 * Frags rows of x (blockIdx.z picks them); x's rows fill the
+// 16 rows of Frags m16n8k16 MMAs and the slice's 32 columns four n8 fragments. Warp `warp` takes the K steps of 16
+// kept rows warp, warp + 8, ... in batches of kMmaBatch, with no CTA barrier in its main loop: into its own
+// shared-memory stages it copies a batch's packed values (16-byte cp.async) and gathers the batch's kept rows of x
+// (Frags 16-byte copies per lane and step, zeros past M and for padding rows), from row indices loaded a batch ahead,
+// while it multiplies the batch before. At M <= kSmallM (Frags = 1) two-step batches leave room for three CTAs per SM,
+// so the 344 CTAs of a 4096 x 11008 weight run in one round. Measured on an H200 (bench/results/tw_h200_gemv_mma.md):
+// values loaded straight into registers (8 bytes per lane, as the B fragments need them) streamed 14-21% slower;
+// four-step batches with two CTAs per SM were 2-7% faster at 40-50% sparsity but 9% slower at 30% and 8-28% slower
+// on the even tiles of vector-wise N:M.
+//
+// Past kSmallM rows (Frags 2 or 4) the call stays one launch, with neither workspace nor finalize pass: where the
+// warp-specialized kernel would split K over a few items (LSTM gates, M = 128), zeroing a workspace, the GEMM and
+// a finalize pass were three launches for a few microseconds of work. Its 32 x 16 * Frags sums leave through the
+// staged tile of the mma.sync kernel (16-byte runs along y), whose column list and biases are staged when the CTA
+// starts.
+constexpr int kMmaBatch = 2;  // K steps per batch; a warp has two batches in flight
 
-template <typename T>
-__global__ void __launch_bounds__(kGemvThreads, 3) tw_gemv_mma_kernel(PackedTile w, Problem p, int k_split) {
-  static_assert(kSmallM == 16, "one m16n8k16 row block holds every row of x");
-  static_assert(kSlicePartialFloats<kSmallM> * 4 <= kMmaSmemBytes, "the partial sums reuse the stages");
+template <int Frags>
+struct MmaGemvShape {
+  static constexpr int kRows = 16 * Frags;                       // rows of x (m) per CTA
+  static constexpr int kXChunks = kRows / 8;                     // 16-byte chunks per gathered kept row
+  static constexpr int kXBytes = 16 * kRows * 2;                 // one step's gathered x, [16 kept rows][kRows m]
+  static constexpr int kValueBytes = 16 * kGemvSliceCols * 2;    // one step's packed values, [16 rows][32 columns]
+  static constexpr int kStepBytes = kXBytes + kValueBytes;
+  static constexpr int kWarpBytes = 2 * kMmaBatch * kStepBytes;  // two batches of stages
+  static constexpr int kRingBytes = kGemvWarps * kWarpBytes;
+  using Staged = StagedTile<kRows, kGemvSliceCols>;
+  static constexpr int kPartialLd = kGemvSliceCols + 8;  // [warp][m][slice column], padded: conflict-free float2
+  static constexpr int kSmemBytes = Frags == 1 ? kRingBytes : kRingBytes + Staged::kBytes;
+  static constexpr int kCtasPerSm = Frags == 4 ? 2 : 3;
+  static_assert(Frags == 1 || Frags == 2 || Frags == 4, "16, 32 or 64 rows of x per CTA");
+  static_assert(Frags > 1 || kSlicePartialFloats<kSmallM> * 4 <= kRingBytes, "the partial sums reuse the stages");
+  static_assert(Frags == 1 || kGemvWarps * kRows * kPartialLd * 4 <= kRingBytes, "the partial sums reuse the stages");
+};
+
+template <typename T, int Frags>
+__global__ void __launch_bounds__(kGemvThreads, MmaGemvShape<Frags>::kCtasPerSm)
+    tw_gemv_mma_kernel(PackedTile w, Problem p, int k_split) {
+  using Shape = MmaGemvShape<Frags>;
+  constexpr int kXChunks = Shape::kXChunks, kRowBytes = Shape::kRows * 2;
+  static_assert(Frags > 1 || kSmallM == 16, "one m16n8k16 row block holds every row of x");
   extern __shared__ __align__(128) unsigned char smem[];
   allow_dependent_launch();  // a finalize pass may follow
   const SliceWork work(w, k_split);
   const int p0 = work.p0, kb = work.kb, ke = work.ke;
   const int steps = (ke - kb) / 16;
+  const int64_t m0 = static_cast<int64_t>(blockIdx.z) * Shape::kRows;
   constexpr int kBatchStride = kGemvWarps * kMmaBatch;  // steps between a warp's batches
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const uint32_t stages = smem_addr(smem + warp * kMmaWarpBytes);
-  const auto stage = [&](int batch, int u) { return stages + ((batch & 1) * kMmaBatch + u) * kMmaStepBytes; };
+  const uint32_t stages = smem_addr(smem + warp * Shape::kWarpBytes);
+  const auto stage = [&](int batch, int u) { return stages + ((batch & 1) * kMmaBatch + u) * Shape::kStepBytes; };
   const auto step = [&](int batch, int u) { return warp + batch * kBatchStride + u * kGemvWarps; };
+  float* s_c = reinterpret_cast<float*>(smem + Shape::kRingBytes);  // the staged tile (Frags > 1)
+  if constexpr (Frags > 1) {
+    Shape::Staged::template stage_columns<T, kGemvThreads>(s_c, w, p, blockIdx.x, threadIdx.x);
+  }
 
   // Values: lane l copies 16-byte chunks l and l + 32 of a step's 16 rows x 4 chunks, swizzled for ldmatrix.
   const int64_t ld = w.granularity;
@@ -446,20 +475,34 @@ __global__ void __launch_bounds__(kGemvThreads, 3) tw_gemv_mma_kernel(PackedTile
   for (int h = 0; h < 2; ++h) {
     const int chunk = lane + 32 * h, r = chunk / 4, c = chunk % 4;
     value_src[h] = r * ld + c * 8;
-    value_dst[h] = kMmaXBytes + r * 64 + swizzle<4>(r, c) * 16;
+    value_dst[h] = Shape::kXBytes + r * 64 + swizzle<4>(r, c) * 16;
   }
-  // x: lane l copies half l % 2 (m 0..7 or 8..15) of the step's kept row l / 2.
-  const int half = lane & 1, copy_row = lane >> 1;
-  const int* rows = w.rows + p0 + kb + copy_row;
-  const T* x = static_cast<const T*>(p.x) + 8 * half;
-  const int x_bytes = min(16, max(0, (static_cast<int>(p.M) - 8 * half) * 2));
-  const uint32_t x_dst = copy_row * 32 + swizzle<2>(copy_row, half) * 16;
-  int x_rows[kMmaBatch];
+  // x: lane l copies chunks l, l + 32, ... of the step's 16 kept rows x kXChunks chunks (8 m each).
+  const int* rows = w.rows + p0 + kb;
+  const T* x = static_cast<const T*>(p.x) + m0;
+  int copy_row[Frags], x_bytes[Frags], x_offset[Frags];
+  uint32_t x_dst[Frags];
+#pragma unroll
+  for (int h = 0; h < Frags; ++h) {
+    const int chunk = lane + 32 * h, r = chunk / kXChunks, c = chunk % kXChunks;
+    copy_row[h] = r;
+    x_offset[h] = 8 * c;
+    const int64_t left = p.M - m0 - 8 * c;  // rows of x from this chunk's first
+    x_bytes[h] = left >= 8 ? 16 : (left > 0 ? static_cast<int>(left) * 2 : 0);
+    x_dst[h] = r * kRowBytes + swizzle<kXChunks>(r, c) * 16;
+  }
+  // The kept-row indices of the next batch to gather and of the one after, so that batch 1's are requested with
+  // batch 0's instead of after them; load_rows moves the later set forward and loads the batch after it.
+  int x_rows[kMmaBatch][Frags], x_rows_later[kMmaBatch][Frags] = {};
   auto load_rows = [&](int batch) {
 #pragma unroll
     for (int u = 0; u < kMmaBatch; ++u) {
       const int s = step(batch, u);
-      x_rows[u] = s < steps ? __ldg(rows + s * 16) : -1;
+#pragma unroll
+      for (int h = 0; h < Frags; ++h) {
+        x_rows[u][h] = x_rows_later[u][h];
+        x_rows_later[u][h] = s < steps ? __ldg(rows + s * 16 + copy_row[h]) : -1;
+      }
     }
   };
   auto copy_values = [&](int batch) {
@@ -474,62 +517,110 @@ __global__ void __launch_bounds__(kGemvThreads, 3) tw_gemv_mma_kernel(PackedTile
   auto copy_x = [&](int batch) {
 #pragma unroll
     for (int u = 0; u < kMmaBatch; ++u) {
-      const bool ok = x_rows[u] >= 0;
-      cp_async16_to(stage(batch, u) + x_dst, ok ? x + static_cast<int64_t>(x_rows[u]) * p.sxk : x, ok ? x_bytes : 0);
+#pragma unroll
+      for (int h = 0; h < Frags; ++h) {
+        const int row = x_rows[u][h];
+        const bool ok = row >= 0 && x_bytes[h] > 0;
+        const T* src = ok ? x + static_cast<int64_t>(row) * p.sxk + x_offset[h] : x;
+        cp_async16_to(stage(batch, u) + x_dst[h], src, ok ? x_bytes[h] : 0);
+      }
     }
   };
-  // ldmatrix sources: A (x) rows a_row, chunk q & 1; B (values) rows b_row, chunk b_chunk (+2 for columns 16..31).
+  // ldmatrix sources: A (x) rows a_row, chunk 2i + (q & 1) for fragment i; B (values) rows b_row, chunk b_chunk
+  // (+2 for columns 16..31).
   const int li = lane & 7, q = lane >> 3;
   const int a_row = li + (q >> 1) * 8, b_row = li + (q & 1) * 8, b_chunk = q >> 1;
-  const uint32_t a_src = a_row * 32 + swizzle<2>(a_row, q & 1) * 16;
-  uint32_t b_src[2];
+  uint32_t a_src[Frags], b_src[2];
 #pragma unroll
-  for (int h = 0; h < 2; ++h) b_src[h] = kMmaXBytes + b_row * 64 + swizzle<4>(b_row, b_chunk + 2 * h) * 16;
+  for (int i = 0; i < Frags; ++i) a_src[i] = a_row * kRowBytes + swizzle<kXChunks>(a_row, 2 * i + (q & 1)) * 16;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) b_src[h] = Shape::kXBytes + b_row * 64 + swizzle<4>(b_row, b_chunk + 2 * h) * 16;
 
-  SliceOutputs<T, kSmallM> outputs(w, p, work);
+  // At M <= kSmallM each thread finishes a few outputs of the slice itself, with their column indices requested now.
+  auto outputs = [&] {
+    if constexpr (Frags == 1) {
+      return SliceOutputs<T, kSmallM>(w, p, work);
+    } else {
+      return 0;  // the staged tile finishes the outputs
+    }
+  }();
   FinalizeCursor<T> fill = pruned_share<T>(w, p);
-  float acc[4][4] = {};
+  float acc[Frags][4][4] = {};
   const int batches = steps > warp ? (steps - warp + kBatchStride - 1) / kBatchStride : 0;
   copy_values(0);  // the packed values never come from the kernel before
   load_rows(0);
+  load_rows(1);
   wait_for_prerequisite_grid();  // x may come from the transpose launched just before
   copy_x(0);
   cp_async_commit();
-  load_rows(1);
+  load_rows(2);
   for (int batch = 0; batch < batches; ++batch) {
     copy_values(batch + 1);
     copy_x(batch + 1);
     cp_async_commit();
-    load_rows(batch + 2);
+    load_rows(batch + 3);
     cp_async_wait<1>();  // this batch's copies are done
     __syncwarp();
 #pragma unroll
     for (int u = 0; u < kMmaBatch; ++u) {
       if (step(batch, u) >= steps) break;
       const uint32_t st = stage(batch, u);
-      uint32_t a[4], b[2][4];
-      ldmatrix_x4_trans(a, st + a_src);
+      uint32_t a[Frags][4], b[2][4];
+#pragma unroll
+      for (int i = 0; i < Frags; ++i) ldmatrix_x4_trans(a[i], st + a_src[i]);
       ldmatrix_x4_trans(b[0], st + b_src[0]);
       ldmatrix_x4_trans(b[1], st + b_src[1]);
 #pragma unroll
-      for (int j = 0; j < 4; ++j) mma_16816<T>(acc[j], a, &b[j / 2][(j % 2) * 2]);
+      for (int i = 0; i < Frags; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) mma_16816<T>(acc[i][j], a[i], &b[j / 2][(j % 2) * 2]);
     }
     __syncwarp();  // the stages are read before the batch after next is copied into them
   }
   cp_async_wait<0>();
 
-  outputs.fetch_biases(p);
   fill.fetch_bias(p);
-  __syncthreads();  // the stages are reused for the partial sums, [warp][m][slice column]
-  // Accumulator e of fragment j: m = g (+8 for e >= 2), slice column 8j + 2t4 + e % 2.
+  // Accumulator e of fragment (i, j): m = 16i + g (+8 for e >= 2), slice column 8j + 2t4 + e % 2.
   const int g = lane >> 2, t4 = lane & 3;
-  float* partial = reinterpret_cast<float*>(smem) + warp * kSmallM * kGemvSliceCols;
+  if constexpr (Frags == 1) {
+    outputs.fetch_biases(p);
+    __syncthreads();  // the stages are reused for the partial sums, [warp][m][slice column]
+    float* partial = reinterpret_cast<float*>(smem) + warp * kSmallM * kGemvSliceCols;
 #pragma unroll
-  for (int j = 0; j < 4; ++j)
+    for (int j = 0; j < 4; ++j)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) partial[(g + (e >> 1) * 8) * kGemvSliceCols + 8 * j + 2 * t4 + (e & 1)] = acc[j][e];
-  __syncthreads();
-  outputs.finish(reinterpret_cast<const float*>(smem), w, p);
+      for (int e = 0; e < 4; ++e) partial[(g + (e >> 1) * 8) * kGemvSliceCols + 8 * j + 2 * t4 + (e & 1)] = acc[0][j][e];
+    __syncthreads();
+    outputs.finish(reinterpret_cast<const float*>(smem), w, p);
+  } else {
+    constexpr int kLd = Shape::kPartialLd;
+    __syncthreads();  // the stages are reused for the partial sums
+    float* partial = reinterpret_cast<float*>(smem) + warp * Shape::kRows * kLd;
+#pragma unroll
+    for (int i = 0; i < Frags; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int r = 16 * i + g, n = 8 * j + 2 * t4;
+        *reinterpret_cast<float2*>(partial + r * kLd + n) = make_float2(acc[i][j][0], acc[i][j][1]);
+        *reinterpret_cast<float2*>(partial + (r + 8) * kLd + n) = make_float2(acc[i][j][2], acc[i][j][3]);
+      }
+    __syncthreads();
+    const bool feature_major_out = p.sym == 1;
+    const float* sums = reinterpret_cast<const float*>(smem);
+    for (int it = threadIdx.x; it < Shape::kRows * kGemvSliceCols / 2; it += kGemvThreads) {
+      const int r = it / (kGemvSliceCols / 2), n = 2 * (it % (kGemvSliceCols / 2));
+      float2 s = make_float2(0.0f, 0.0f);
+#pragma unroll
+      for (int i = 0; i < kGemvWarps; ++i) {
+        const float2 v = *reinterpret_cast<const float2*>(sums + (i * Shape::kRows + r) * kLd + n);
+        s.x += v.x;
+        s.y += v.y;
+      }
+      Shape::Staged::put(s_c, r, n, s.x, s.y, feature_major_out);
+    }
+    __syncthreads();
+    store_tile<T, Shape::kRows, kGemvSliceCols, kGemvThreads>(s_c, w, p, m0, feature_major_out, threadIdx.x);
+  }
   while (!fill.done()) fill.step(w, p);
 }
 
@@ -603,15 +694,26 @@ std::optional<const char*> launch_row_shares(const PackedTile& w, const Problem&
   return launch_clustered<kKernel, Cluster>(grid, p.stream, w, p, k_split);
 }
 
+template <typename T, int Frags>
+const char* launch_mma_gemv(const PackedTile& w, const Problem& p, dim3 grid, int k_split) {
+  constexpr auto kKernel = tw_gemv_mma_kernel<T, Frags>;
+  constexpr int kSmem = MmaGemvShape<Frags>::kSmemBytes;
+  if (const char* err = allow_dynamic_smem<kKernel, kSmem>()) return err;
+  grid.z = cdiv(p.M, MmaGemvShape<Frags>::kRows);
+  return launch_kernel(kKernel, grid, dim3(kGemvThreads), kSmem, p.stream, p.x_from_prior_kernel, w, p, k_split);
+}
+
 template <typename T>
 const char* launch_typed(const PackedTile& w, const Problem& p, const Plan& plan) {
   const int k_split = std::max(kKStep, cdiv(cdiv(w.max_tile_k, plan.splits), kKStep) * kKStep);
   const dim3 grid(w.num_tiles * (w.granularity / kGemvSliceCols), plan.splits);
   if (plan.path == Path::kGemvMma) {
-    constexpr auto kKernel = tw_gemv_mma_kernel<T>;
-    if (const char* err = allow_dynamic_smem<kKernel, kMmaSmemBytes>()) return err;
-    return launch_kernel(kKernel, grid, dim3(kGemvThreads), kMmaSmemBytes, p.stream, p.x_from_prior_kernel, w, p,
-                         k_split);
+    switch (plan.block_m) {
+      case 16: return launch_mma_gemv<T, 1>(w, p, grid, k_split);
+      case 32: return launch_mma_gemv<T, 2>(w, p, grid, k_split);
+      case 64: return launch_mma_gemv<T, 4>(w, p, grid, k_split);
+      default: return "the tensor-core GEMV takes 16, 32 or 64 rows of x per CTA";
+    }
   }
   const auto run = [&](auto kernel) {
     kernel<<<grid, kGemvThreads, 0, p.stream>>>(w, p, k_split);
@@ -643,6 +745,18 @@ Plan gemv_plan(const PackedTile& w, const Problem& p) {
   plan.path = p.M > kGemvMaxM && x_rows16 ? Path::kGemvMma : Path::kGemv;
   plan.block_m = kSmallM;
   plan.splits = gemv_splits(w, p);
+  return plan;
+}
+
+std::optional<Plan> mma_gemv_plan(const PackedTile& w, const Problem& p) {
+  const bool forced = p.path == Path::kGemvMma;
+  if (!forced && (p.path != Path::kAuto || p.M > kMmaGemvMaxM)) return std::nullopt;
+  const int64_t slices = static_cast<int64_t>(w.num_tiles) * (w.granularity / kGemvSliceCols);
+  const auto ctas = [&](int rows) { return slices * cdiv(p.M, rows); };
+  Plan plan{};
+  plan.path = Path::kGemvMma;
+  plan.block_m = p.gemv_rows != 0 ? p.gemv_rows : (ctas(64) >= p.num_sms ? 64 : 32);
+  plan.splits = 1;
   return plan;
 }
 

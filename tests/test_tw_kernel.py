@@ -13,7 +13,7 @@ from random_masks import random_nm_mask, random_tw_mask
 
 from sparseprune.export.formats.extension import load_kernels
 from sparseprune.export.formats.nm import pack_nm
-from sparseprune.export.formats.tw import pack_tw, tw_matmul, tw_matmul_reference
+from sparseprune.export.formats.tw import MMA_GEMV_MAX_M, pack_tw, tw_matmul, tw_matmul_reference
 from sparseprune.export.sparse_modules import SparseConv2d, im2col
 
 pytestmark = [
@@ -70,7 +70,8 @@ def _skip_unavailable(kernel: str, granularity: int) -> None:
         pytest.skip("the wgmma kernels need a Hopper GPU and G 64 or 128")
 
 
-@pytest.mark.parametrize("kernel", ["auto", "mma.sync", *HOPPER_KERNELS])
+# The tensor-core GEMV forced at 32 and 64 rows of x per CTA meets every M of the sweep, up to 2056.
+@pytest.mark.parametrize("kernel", ["auto", "mma.sync", *HOPPER_KERNELS, "gemv.mma32", "gemv.mma64"])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("granularity", [32, 64, 128])
 def test_sweep_matches_fp32_reference(kernel: str, dtype: torch.dtype, granularity: int) -> None:
@@ -122,6 +123,28 @@ def test_small_m_matches_fp32_reference(dtype: torch.dtype, granularity: int) ->
         assert err_fm <= KERNEL_TOLERANCE[dtype], f"feature-major M={m} K={k} N={n}: rel err {err_fm:.2e}"
 
 
+# Past 16 rows up to MMA_GEMV_MAX_M, auto runs the tensor-core GEMV with 64 rows of x per CTA where that fills the
+# SMs (N 16392: 512 slices at G = 128), else 32 (N 1032, 2056), with ragged last blocks (M 40, 72, 120). A row-major
+# x is transposed in, but y leaves row-major straight from the kernel, pruned columns and all.
+MID_M_SHAPES = [(24, 1032, 2056), (40, 264, 16392), (72, 2056, 1032), (120, 1544, 16392), (128, 1032, 2056)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("granularity", [32, 64, 128])
+def test_mid_m_gemv_matches_fp32_reference(dtype: torch.dtype, granularity: int) -> None:
+    activations = itertools.cycle([None, "relu", "gelu"])
+    for i, (m, k, n) in enumerate(MID_M_SHAPES):
+        assert 16 < m <= MMA_GEMV_MAX_M
+        act = next(activations)
+        packed, x, bias, ref = _case(m, k, n, granularity, dtype, seed=60 + i, residual=i % 2 == 0, activation=act)
+        assert packed.pruned_cols.numel() > 0
+        err = rel_err(tw_matmul(x, packed, bias, act), ref)
+        assert err <= KERNEL_TOLERANCE[dtype], f"M={m} K={k} N={n} G={granularity} act={act}: rel err {err:.2e}"
+        yt = packed.matmul_feature_major(x.t().contiguous(), bias, act)
+        err_fm = rel_err(yt.t(), ref)
+        assert err_fm <= KERNEL_TOLERANCE[dtype], f"feature-major M={m} K={k} N={n}: rel err {err_fm:.2e}"
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("granularity", [64, 128])
 def test_gemv_row_shares_match_fp32_reference(dtype: torch.dtype, granularity: int) -> None:
@@ -153,6 +176,8 @@ def test_every_output_written() -> None:
         (16, 4096, 128),
         (16, 4096, 32),
         (160, 1024, 32),
+        (40, 1024, 32),
+        (128, 2048, 128),
     ]
     for m, n, g in cases:
         packed, x, bias, ref = _case(m, 768, n, g, torch.float16, seed=3, residual=True, activation=None)
@@ -299,6 +324,12 @@ def test_binding_rejects_bad_input() -> None:
         kernels.tw_matmul(torch.empty(128, 64, device="cuda", dtype=torch.float16).t(), *args)
     with pytest.raises(RuntimeError, match="CUDA"):
         kernels.tw_matmul(x.cpu(), *args)
+    with pytest.raises(RuntimeError, match="path must be"):
+        kernels.tw_matmul(x, *args, 4)
+    with pytest.raises(RuntimeError, match="gemv_rows must be"):
+        kernels.tw_matmul(x, *args, 5, 48)
+    with pytest.raises(RuntimeError, match="gemv_rows must be"):
+        kernels.tw_matmul(x, *args, 3, 64)
 
 
 @pytest.mark.parametrize("weight", ["tw", "nm-vector"])
