@@ -52,9 +52,9 @@ EPILOGUES: dict[str, str | None] = {"none": None, "bias": None, "bias-relu": "re
 LEGEND = (
     "Times are medians of CUDA-graph replays (launch overhead excluded) on the same device in one run; "
     "'TW' takes x row-major (M x K) and includes its transpose, 'TW-fm' takes x feature-major (K x M); "
-    "the 'wgmma' and 'wgmma.ws' columns force the two Hopper kernels on feature-major x ('auto' picks wgmma.ws "
-    f"past {MMA_GEMV_MAX_M} rows), the 'gemv.mma' columns the tensor-core GEMV with 32 or 64 rows of x per CTA "
-    f"(what 'auto' picks from 17 to {MMA_GEMV_MAX_M} rows)."
+    "the 'wgmma' and 'wgmma.ws' columns force the two Hopper kernels on feature-major x, the 'gemv.mma' column the "
+    f"tensor-core GEMV ('auto' picks that GEMV up to 32 rows, and up to {MMA_GEMV_MAX_M} where its CTAs are few; "
+    "wgmma.ws above)."
 )
 SHORT_COLUMNS = {
     "shape",
@@ -70,8 +70,7 @@ SHORT_COLUMNS = {
     "fm_of_ideal",
     "tw_fm_wgmma_ws_us",
     "tw_fm_wgmma_us",
-    "tw_fm_gemv_mma32_us",
-    "tw_fm_gemv_mma64_us",
+    "tw_fm_gemv_mma_us",
     "ws_of_ideal",
     "wgmma_of_ideal",
     "fm_of_bound",
@@ -94,8 +93,7 @@ COLUMNS = [
     ("tw_fm_mma_sync_us", "TW-fm µs (mma.sync)"),
     ("tw_fm_wgmma_us", "TW-fm µs (wgmma)"),
     ("tw_fm_wgmma_ws_us", "TW-fm µs (wgmma.ws)"),
-    ("tw_fm_gemv_mma32_us", "TW-fm µs (gemv.mma32)"),
-    ("tw_fm_gemv_mma64_us", "TW-fm µs (gemv.mma64)"),
+    ("tw_fm_gemv_mma_us", "TW-fm µs (gemv.mma)"),
     ("speedup", "TW ×dense"),
     ("speedup_fm", "TW-fm ×dense"),
     ("ideal_ratio", "ideal ×dense"),
@@ -138,8 +136,8 @@ def hopper_kernels(m: int, granularity: int) -> tuple[str, ...]:
 
 
 def gemv_kernels(m: int) -> tuple[str, ...]:
-    """The tensor-core GEMV forced at each of its row blocks, from where it is the only GEMV to GEMV_FORCED_MAX_M."""
-    return ("gemv.mma32", "gemv.mma64") if 16 < m <= GEMV_FORCED_MAX_M else ()
+    """The tensor-core GEMV forced, past the GEMV sizes (where auto runs it anyway) up to GEMV_FORCED_MAX_M rows."""
+    return ("gemv.mma",) if 16 < m <= GEMV_FORCED_MAX_M else ()
 
 
 def emulation(packed: PackedTW) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -238,7 +236,7 @@ def run_case(
     k_ideal = max(8, round((1 - sparsity) * k / 8) * 8)
     x_ideal, b_ideal = x[:, :k_ideal].contiguous(), b[:k_ideal].contiguous()
     # The timings a case may lack (no mma.sync run at M <= 16, no Hopper kernel, no emulation) read None.
-    forced = ["mma_sync", "wgmma", "wgmma_ws", "gemv_mma32", "gemv_mma64"]
+    forced = ["mma_sync", "wgmma", "wgmma_ws", "gemv_mma"]
     row.update(dict.fromkeys([f"tw_fm_{kernel}_us" for kernel in forced] + ["emul_us"]))
     # At the decode sizes each timed call reads its weight from HBM (bench.common.Rotation), as in a model.
     row["cold_weights"] = m <= COLD_WEIGHTS_MAX_M

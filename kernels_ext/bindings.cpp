@@ -79,14 +79,13 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 // y = act(x @ B + bias) for the packed TW weight B (K x N). x is (M, K) row-major, or (K, M) when
 // feature_major (then y is (N, M) too, so consecutive sparse layers need no transpose). `path` forces the
 // tensor-core kernel family for M > 16 (0 auto, 1 mma.sync, 2 wgmma, 3 warp-specialized wgmma, 5 the tensor-core
-// GEMV with `gemv_rows` rows of x per CTA, 32 or 64, or 0 to choose); tests and benchmarks compare them.
+// GEMV); tests and benchmarks compare them.
 at::Tensor tw_matmul(const at::Tensor& x, const at::Tensor& values, const at::Tensor& rows,
                      const at::Tensor& tile_ptr, const at::Tensor& cols, const at::Tensor& col_pos,
                      const at::Tensor& pruned_cols, const std::optional<at::Tensor>& bias,
                      const std::optional<at::Tensor>& res_ptr, const std::optional<at::Tensor>& res_rows,
                      const std::optional<at::Tensor>& res_vals, int64_t K, int64_t N, int64_t granularity,
-                     int64_t max_tile_k, int64_t activation, bool feature_major, int64_t path,
-                     int64_t gemv_rows) {
+                     int64_t max_tile_k, int64_t activation, bool feature_major, int64_t path) {
   check_activations(x);
   const at::Device device = x.device();
   const auto dtype = x.scalar_type();
@@ -98,8 +97,6 @@ at::Tensor tw_matmul(const at::Tensor& x, const at::Tensor& values, const at::Te
   check_activation_code(activation);
   TORCH_CHECK(path >= 0 && path <= 5 && path != 4,
               "path must be 0 (auto), 1 (mma.sync), 2 (wgmma), 3 (wgmma.ws) or 5 (gemv.mma)");
-  TORCH_CHECK(gemv_rows == 0 || (path == 5 && (gemv_rows == 32 || gemv_rows == 64)),
-              "gemv_rows must be 0, or 32 or 64 with path 5 (gemv.mma), got ", num(gemv_rows));
   TORCH_CHECK(!feature_major || M % 8 == 0 || M <= tw::kSmallM,
               "feature-major x needs M a multiple of 8 (16-byte rows), got M = ", num(M));
   TORCH_CHECK(aligned16(x.data_ptr()), "x must be 16-byte aligned");
@@ -164,7 +161,6 @@ at::Tensor tw_matmul(const at::Tensor& x, const at::Tensor& values, const at::Te
   p.num_sms = sm_count(device.index());
   p.stream = stream;
   p.path = static_cast<tw::Path>(path);
-  p.gemv_rows = static_cast<int>(gemv_rows);
   p.sym = feature_major ? 1 : N;
   p.syn = feature_major ? M : 1;
   p.y_vec16 = aligned16(p.y) && (feature_major ? M % 8 == 0 : N % 8 == 0);
@@ -465,8 +461,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         pybind11::arg("cols"), pybind11::arg("col_pos"), pybind11::arg("pruned_cols"), pybind11::arg("bias"),
         pybind11::arg("res_ptr"), pybind11::arg("res_rows"), pybind11::arg("res_vals"), pybind11::arg("K"),
         pybind11::arg("N"), pybind11::arg("granularity"), pybind11::arg("max_tile_k"),
-        pybind11::arg("activation"), pybind11::arg("feature_major"), pybind11::arg("path") = 0,
-        pybind11::arg("gemv_rows") = 0);
+        pybind11::arg("activation"), pybind11::arg("feature_major"), pybind11::arg("path") = 0);
   m.def("nm_matmul", &nm_matmul, "N:M sparse GEMM on CUDA cores: act(x @ B + bias) from the packed N:M layout",
         pybind11::arg("x"), pybind11::arg("values"), pybind11::arg("idx"), pybind11::arg("bias"), pybind11::arg("K"),
         pybind11::arg("N"), pybind11::arg("m"), pybind11::arg("kept"), pybind11::arg("vector"),

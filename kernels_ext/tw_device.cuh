@@ -706,7 +706,7 @@ const char* launch_tiles(const PackedTile& w, const Problem& p, int splits) {
 // 16-byte rows, which the binding transposes a row-major x into), and its launch.
 Plan gemv_plan(const PackedTile& w, const Problem& p);
 // Past kSmallM rows (x feature-major with 16-byte rows), the tensor-core GEMV's plan where it takes the call: forced
-// (Path::kGemvMma), or chosen up to kMmaGemvMaxM rows; nullopt leaves the call to the GEMM kernels.
+// (Path::kGemvMma), or chosen up to kMmaGemvMaxM rows where it beats the GEMM kernels; nullopt leaves them the call.
 std::optional<Plan> mma_gemv_plan(const PackedTile& w, const Problem& p);
 const char* launch_gemv(const PackedTile& w, const Problem& p, const Plan& plan);
 // Implemented in tw_gemm_sm90.cu.

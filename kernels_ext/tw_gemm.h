@@ -12,8 +12,8 @@ namespace tw {
 enum class DType : int { kHalf = 0, kBFloat16 = 1 };
 enum class Activation : int { kNone = 0, kRelu = 1, kGelu = 2 };
 // Kernel family: auto picks a GEMV for M <= kSmallM (on CUDA cores, or kGemvMma on tensor cores), the tensor-core
-// GEMV up to kMmaGemvMaxM, else the warp-specialized wgmma kernel on Hopper builds, else mma.sync. kWgmma is the earlier wgmma kernel (every thread
-// loads and multiplies), kept for A/B comparison.
+// GEMV up to kMmaGemvMaxM where its CTAs are few, else the warp-specialized wgmma kernel on Hopper builds, else
+// mma.sync. kWgmma is the earlier wgmma kernel (every thread loads and multiplies), kept for A/B comparison.
 enum class Path : int { kAuto = 0, kMmaSync = 1, kWgmma = 2, kWgmmaWs = 3, kGemv = 4, kGemvMma = 5, kUnavailable = 6 };
 
 // Packed TW weight (see sparseprune/export/formats/tw.py). Tile t owns columns cols[t*G .. t*G+G) (-1 pads) and
@@ -52,7 +52,6 @@ struct Problem {
   float* workspace; // zeroed fp32, M * num_tiles * G entries, when needs_workspace() says so, else unused
   int num_sms;
   Path path;  // kAuto, or kMmaSync / kWgmma / kWgmmaWs / kGemvMma to force a kernel family (tests and benchmarks)
-  int gemv_rows;  // rows of x per tensor-core GEMV CTA past kSmallM, forced (32 or 64), or 0: chosen
   // x was written by the kernel launched just before, of the same call (the binding's transpose): the tensor-core
   // kernels then start as its programmatic dependents and wait for it before their first read of x.
   bool x_from_prior_kernel;
@@ -69,7 +68,7 @@ struct Plan {
 constexpr int kKStep = 32;  // kept K of every tile is padded to a multiple of this
 constexpr int kSmallM = 16;   // M up to this is memory bound: a GEMV streams each packed value once
 constexpr int kGemvMaxM = 8;  // M up to this runs on CUDA cores; above, an x with 16-byte rows on tensor cores
-constexpr int kMmaGemvMaxM = 128;  // M up to this runs the tensor-core GEMV (one launch), above the GEMM kernels
+constexpr int kMmaGemvMaxM = 256;  // M up to which auto may take the tensor-core GEMV (one launch, no workspace)
 // Kept K from which a tile's items are long enough for the warp-specialized kernel's configurations that finish only
 // through the direct epilogue (cooperative 256-row items, and the four-stage 192-row ones).
 constexpr int kLongItemK = 1024;

@@ -419,12 +419,14 @@ __global__ void __launch_bounds__(kGemvThreads) tw_gemv_whole_x_kernel(PackedTil
 // four-step batches with two CTAs per SM were 2-7% faster at 40-50% sparsity but 9% slower at 30% and 8-28% slower
 // on the even tiles of vector-wise N:M.
 //
-// Past kSmallM rows (Frags 2 or 4) the call stays one launch, with neither workspace nor finalize pass: where the
-// warp-specialized kernel would split K over a few items (LSTM gates, M = 128), zeroing a workspace, the GEMM and
-// a finalize pass were three launches for a few microseconds of work. Its 32 x 16 * Frags sums leave through the
-// staged tile of the mma.sync kernel (16-byte runs along y), whose column list and biases are staged when the CTA
-// starts.
+// Past kSmallM rows (Frags = 2, 32 rows per CTA) the call stays one launch, with neither workspace nor finalize pass:
+// where the warp-specialized kernel split K over a few items (LSTM gates, M = 128), zeroing a workspace, the GEMM
+// and a finalize pass were three launches for a few microseconds of work. Its 32 x 32 sums leave through the staged
+// tile of the mma.sync kernel (16-byte runs along y), whose column list and biases are staged when the CTA starts.
+// Measured on an H200 (bench/results/tw_h200_mid_m_gemv_sweep.md), 64 rows per CTA (four fragments) were slower than
+// 32 wherever either beat the warp-specialized kernel.
 constexpr int kMmaBatch = 2;  // K steps per batch; a warp has two batches in flight
+constexpr int kMmaGemvCtasPerSm = 3;  // resident at once: the registers and shared memory are sized for it
 
 template <int Frags>
 struct MmaGemvShape {
@@ -438,15 +440,14 @@ struct MmaGemvShape {
   using Staged = StagedTile<kRows, kGemvSliceCols>;
   static constexpr int kPartialLd = kGemvSliceCols + 8;  // [warp][m][slice column], padded: conflict-free float2
   static constexpr int kSmemBytes = Frags == 1 ? kRingBytes : kRingBytes + Staged::kBytes;
-  static constexpr int kCtasPerSm = Frags == 4 ? 2 : 3;
-  static_assert(Frags == 1 || Frags == 2 || Frags == 4, "16, 32 or 64 rows of x per CTA");
+  static_assert(kMmaGemvCtasPerSm * (kSmemBytes + 1024) <= 228 * 1024, "CTAs per Hopper SM (1 KB reserved each)");
+  static_assert(Frags == 1 || Frags == 2, "16 or 32 rows of x per CTA");
   static_assert(Frags > 1 || kSlicePartialFloats<kSmallM> * 4 <= kRingBytes, "the partial sums reuse the stages");
   static_assert(Frags == 1 || kGemvWarps * kRows * kPartialLd * 4 <= kRingBytes, "the partial sums reuse the stages");
 };
 
 template <typename T, int Frags>
-__global__ void __launch_bounds__(kGemvThreads, MmaGemvShape<Frags>::kCtasPerSm)
-    tw_gemv_mma_kernel(PackedTile w, Problem p, int k_split) {
+__global__ void __launch_bounds__(kGemvThreads, kMmaGemvCtasPerSm) tw_gemv_mma_kernel(PackedTile w, Problem p, int k_split) {
   using Shape = MmaGemvShape<Frags>;
   constexpr int kXChunks = Shape::kXChunks, kRowBytes = Shape::kRows * 2;
   static_assert(Frags > 1 || kSmallM == 16, "one m16n8k16 row block holds every row of x");
@@ -708,12 +709,7 @@ const char* launch_typed(const PackedTile& w, const Problem& p, const Plan& plan
   const int k_split = std::max(kKStep, cdiv(cdiv(w.max_tile_k, plan.splits), kKStep) * kKStep);
   const dim3 grid(w.num_tiles * (w.granularity / kGemvSliceCols), plan.splits);
   if (plan.path == Path::kGemvMma) {
-    switch (plan.block_m) {
-      case 16: return launch_mma_gemv<T, 1>(w, p, grid, k_split);
-      case 32: return launch_mma_gemv<T, 2>(w, p, grid, k_split);
-      case 64: return launch_mma_gemv<T, 4>(w, p, grid, k_split);
-      default: return "the tensor-core GEMV takes 16, 32 or 64 rows of x per CTA";
-    }
+    return p.M <= kSmallM ? launch_mma_gemv<T, 1>(w, p, grid, k_split) : launch_mma_gemv<T, 2>(w, p, grid, k_split);
   }
   const auto run = [&](auto kernel) {
     kernel<<<grid, kGemvThreads, 0, p.stream>>>(w, p, k_split);
@@ -748,14 +744,22 @@ Plan gemv_plan(const PackedTile& w, const Problem& p) {
   return plan;
 }
 
+// Up to 32 rows the tensor-core GEMV reads each packed value once, as at decode sizes, and it was as fast as the
+// warp-specialized kernel's 64-row items or faster on every measured weight (up to 4096 x 11008 at 30% sparsity).
+// Past that it rereads the values for every 32 rows. While all its CTAs ran in one round it was 3-63% faster at 128
+// and 256 rows, but for one case 3% slower (LSTM gates, 256 rows at 50%: 2.9 CTAs per SM); from 3.4 CTAs per SM it
+// was 29-70% slower (bench/results/tw_h200_mid_m_gemv_sweep.md, M 32-256 on an H200).
+
 std::optional<Plan> mma_gemv_plan(const PackedTile& w, const Problem& p) {
-  const bool forced = p.path == Path::kGemvMma;
-  if (!forced && (p.path != Path::kAuto || p.M > kMmaGemvMaxM)) return std::nullopt;
-  const int64_t slices = static_cast<int64_t>(w.num_tiles) * (w.granularity / kGemvSliceCols);
-  const auto ctas = [&](int rows) { return slices * cdiv(p.M, rows); };
+  if (p.path != Path::kGemvMma) {
+    if (p.path != Path::kAuto || p.M > kMmaGemvMaxM) return std::nullopt;
+    const int64_t slices = static_cast<int64_t>(w.num_tiles) * (w.granularity / kGemvSliceCols);
+    const int blocks = cdiv(p.M, MmaGemvShape<2>::kRows);
+    if (blocks > 1 && slices * blocks > int64_t{kMmaGemvCtasPerSm} * p.num_sms) return std::nullopt;
+  }
   Plan plan{};
   plan.path = Path::kGemvMma;
-  plan.block_m = p.gemv_rows != 0 ? p.gemv_rows : (ctas(64) >= p.num_sms ? 64 : 32);
+  plan.block_m = MmaGemvShape<2>::kRows;
   plan.splits = 1;
   return plan;
 }

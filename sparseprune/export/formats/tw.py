@@ -29,19 +29,11 @@ SMALL_M = 16  # rows up to which the kernels take any feature-major M; must matc
 FEATURE_MAJOR_M_ALIGN = 8  # above SMALL_M a feature-major x is read in 16-byte runs of M
 GRANULARITIES = (32, 64, 128)
 ACTIVATIONS = {None: 0, "relu": 1, "gelu": 2}
-# Tensor-core family for M > 16, as (path, rows of x per CTA): "auto" picks the tensor-core GEMV up to
-# MMA_GEMV_MAX_M rows, else the warp-specialized "wgmma.ws" on Hopper (G 64/128), else mma.sync; "wgmma" is the
-# earlier Hopper kernel, kept for comparison; "gemv.mma32" and "gemv.mma64" force the GEMV's rows per CTA.
-KERNELS = {
-    "auto": (0, 0),
-    "mma.sync": (1, 0),
-    "wgmma": (2, 0),
-    "wgmma.ws": (3, 0),
-    "gemv.mma": (5, 0),
-    "gemv.mma32": (5, 32),
-    "gemv.mma64": (5, 64),
-}
-MMA_GEMV_MAX_M = 128  # must match kMmaGemvMaxM in kernels_ext/tw_gemm.h
+# Tensor-core family for M > 16: "auto" picks the tensor-core GEMV "gemv.mma" up to MMA_GEMV_MAX_M rows where its
+# CTAs are few, else the warp-specialized "wgmma.ws" on Hopper (G 64/128), else mma.sync; "wgmma" is the earlier
+# Hopper kernel, kept for comparison.
+KERNELS = {"auto": 0, "mma.sync": 1, "wgmma": 2, "wgmma.ws": 3, "gemv.mma": 5}
+MMA_GEMV_MAX_M = 256  # must match kMmaGemvMaxM in kernels_ext/tw_gemm.h
 KERNEL_DTYPES = (torch.float16, torch.bfloat16)
 
 
@@ -179,7 +171,7 @@ class PackedTW:
             self.max_tile_k,
             ACTIVATIONS[activation],
             feature_major,
-            *KERNELS[kernel],
+            KERNELS[kernel],
         )
 
 
