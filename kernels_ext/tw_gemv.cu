@@ -748,7 +748,7 @@ Plan gemv_plan(const PackedTile& w, const Problem& p) {
 // warp-specialized kernel's 64-row items or faster on every measured weight (up to 4096 x 11008 at 30% sparsity).
 // Past that it rereads the values for every 32 rows. While all its CTAs ran in one round it was 3-63% faster at 128
 // and 256 rows, but for one case 3% slower (LSTM gates, 256 rows at 50%: 2.9 CTAs per SM); from 3.4 CTAs per SM it
-// was 29-70% slower (bench/results/tw_h200_mid_m_gemv_sweep.md, M 32-256 on an H200).
+// took 1.4-3.3 times as long (bench/results/tw_h200_mid_m_gemv_sweep.md, M 32-256 on an H200).
 
 std::optional<Plan> mma_gemv_plan(const PackedTile& w, const Problem& p) {
   if (p.path != Path::kGemvMma) {
