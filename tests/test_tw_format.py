@@ -181,3 +181,5 @@ def test_bad_masks_and_calls_are_user_errors() -> None:
         packed.matmul(torch.randn(4, 32), activation="tanh")
     with pytest.raises(UserError, match="bias"):
         packed.matmul(torch.randn(4, 32), bias=torch.randn(8))
+    with pytest.raises(UserError, match="gemv.mma"):  # the message lists the kernel names
+        tw_matmul(torch.randn(4, 32), packed, kernel="gemv")
