@@ -221,14 +221,14 @@ __global__ void __launch_bounds__(kSpread ? kSpreadGroups * kMaxSpreadTaps : kDi
   }
 }
 
-// One thread per group of 8 outputs and every tap works out the group's indexing once for all taps: a median 1.8x
-// faster than spreading from 32 Ki groups (all channels). Below 16 Ki groups the GPU is not filled, and spreading the
-// taps over threadIdx.y ran a median 2.3x faster (bench/results/im2col_h200_dispatch.md).
 // Groups of 8 consecutive outputs per channel: the direct kernel's unit of work.
 int64_t direct_groups(const Problem& p) {
   return (int64_t{p.batch} * p.out_h * p.out_w + kDirectOutputs - 1) / kDirectOutputs;
 }
 
+// One thread per group of 8 outputs and every tap works out the group's indexing once for all taps: a median 1.8x
+// faster than spreading from 32 Ki groups (all channels). Below 16 Ki groups the GPU is not filled, and spreading the
+// taps over threadIdx.y ran a median 2.3x faster (bench/results/im2col_h200_dispatch.md).
 bool spreads_taps(const Problem& p) {
   return direct_groups(p) * p.channels < kSpreadBelow && p.kh * p.kw <= kMaxSpreadTaps;
 }
@@ -282,8 +282,8 @@ const char* launch_im2col_feature_major(const Problem& p, Kernel kernel) {
   if (m_total == 0 || rows == 0) return nullptr;
   if (kernel == Kernel::kDirectSpread && p.kh * p.kw > kMaxSpreadTaps) return "im2col: too many taps to spread";
   if (kernel == Kernel::kDirectSpread) return launch_direct(p, true);
-  const Band band = plan_band(p);
   if (kernel == Kernel::kDirect) return launch_direct(p, false);
+  const Band band = plan_band(p);
   if (kernel == Kernel::kAuto && takes_direct(p, band)) return launch_direct(p, spreads_taps(p));
   if (band.smem_bytes > kMaxBandBytes) return "im2col: one output row's input rows exceed the shared memory";
   const int64_t blocks = int64_t{p.batch} * p.channels * band.count;

@@ -85,7 +85,8 @@ Plan make_plan(const PackedTile& w, const Problem& p);
 // True when the launch needs the zeroed fp32 workspace.
 bool needs_workspace(const PackedTile& w, const Problem& p);
 // True when a GEMV kernel runs the call: it writes a row-major y's scattered kept columns itself, so a row-major
-// call needs no transpose of y.
+// call needs no transpose of y. Needs only p's sizes, path and SM count, not its x and y: whichever GEMV the
+// alignment of x picks at M <= kSmallM, the answer is the same.
 bool runs_gemv(const PackedTile& w, const Problem& p);
 
 // Launches the TW GEMM. Large M needs x feature-major (sxm == 1, sxk % 8 == 0, 16-byte aligned).

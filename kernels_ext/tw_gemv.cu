@@ -447,7 +447,8 @@ struct MmaGemvShape {
 };
 
 template <typename T, int Frags>
-__global__ void __launch_bounds__(kGemvThreads, kMmaGemvCtasPerSm) tw_gemv_mma_kernel(PackedTile w, Problem p, int k_split) {
+__global__ void __launch_bounds__(kGemvThreads, kMmaGemvCtasPerSm)
+    tw_gemv_mma_kernel(PackedTile w, Problem p, int k_split) {
   using Shape = MmaGemvShape<Frags>;
   constexpr int kXChunks = Shape::kXChunks, kRowBytes = Shape::kRows * 2;
   static_assert(Frags > 1 || kSmallM == 16, "one m16n8k16 row block holds every row of x");
@@ -590,7 +591,9 @@ __global__ void __launch_bounds__(kGemvThreads, kMmaGemvCtasPerSm) tw_gemv_mma_k
 #pragma unroll
     for (int j = 0; j < 4; ++j)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) partial[(g + (e >> 1) * 8) * kGemvSliceCols + 8 * j + 2 * t4 + (e & 1)] = acc[0][j][e];
+      for (int e = 0; e < 4; ++e) {
+        partial[(g + (e >> 1) * 8) * kGemvSliceCols + 8 * j + 2 * t4 + (e & 1)] = acc[0][j][e];
+      }
     __syncthreads();
     outputs.finish(reinterpret_cast<const float*>(smem), w, p);
   } else {
@@ -708,8 +711,9 @@ template <typename T>
 const char* launch_typed(const PackedTile& w, const Problem& p, const Plan& plan) {
   const int k_split = std::max(kKStep, cdiv(cdiv(w.max_tile_k, plan.splits), kKStep) * kKStep);
   const dim3 grid(w.num_tiles * (w.granularity / kGemvSliceCols), plan.splits);
-  if (plan.path == Path::kGemvMma) {
-    return p.M <= kSmallM ? launch_mma_gemv<T, 1>(w, p, grid, k_split) : launch_mma_gemv<T, 2>(w, p, grid, k_split);
+  if (plan.path == Path::kGemvMma) {  // 16 rows of x per CTA up to kSmallM (gemv_plan), else 32 (mma_gemv_plan)
+    return plan.block_m == MmaGemvShape<1>::kRows ? launch_mma_gemv<T, 1>(w, p, grid, k_split)
+                                                  : launch_mma_gemv<T, 2>(w, p, grid, k_split);
   }
   const auto run = [&](auto kernel) {
     kernel<<<grid, kGemvThreads, 0, p.stream>>>(w, p, k_split);
@@ -749,7 +753,6 @@ Plan gemv_plan(const PackedTile& w, const Problem& p) {
 // Past that it rereads the values for every 32 rows. While all its CTAs ran in one round it was 3-63% faster at 128
 // and 256 rows, but for one case 3% slower (LSTM gates, 256 rows at 50%: 2.9 CTAs per SM); from 3.4 CTAs per SM it
 // took 1.4-3.3 times as long (bench/results/tw_h200_mid_m_gemv_sweep.md, M 32-256 on an H200).
-
 std::optional<Plan> mma_gemv_plan(const PackedTile& w, const Problem& p) {
   if (p.path != Path::kGemvMma) {
     if (p.path != Path::kAuto || p.M > kMmaGemvMaxM) return std::nullopt;
