@@ -1,11 +1,12 @@
-"""Before/after timing of the TW kernel between two builds: x feature-major, `auto` kernel, against dense cuBLAS.
+"""Before/after timing of the TW kernel between two builds: `auto` kernel, against dense cuBLAS.
 
 Repeated timings of one case spread by up to 10% between processes at 8192^3 on an H200, more than many kernel
 changes move it, so a comparison runs both builds in one device session, alternating their order over rounds, and
 keeps each build's fastest median. From each tree's root (the same cases, masks, inputs and, at the decode sizes,
 weights read from HBM as `tw_bench`):
     python -m bench.tw_ab time --tag base --cases cube_8192:128:0.9 bert_qkv:128:0.75 >> ab.jsonl
-and at the end
+A case may name its rows of x (`lstm_gates:128:0.75:32`); `--row-major` times x and y row-major (`matmul`, with
+whatever transposes the call makes) instead of feature-major (`matmul_feature_major`). And at the end
     python -m bench.tw_ab summarize ab.jsonl --out bench/results/NAME
 Every timed case is first checked against the fp32 reference; the summary reports the largest error.
 """
@@ -34,22 +35,25 @@ from bench.tw_bench import SHAPES, bench_tw_mask
 from sparseprune.export.formats.tw import pack_tw
 
 
-def parse_case(case: str) -> tuple[str, int, float]:
-    """'shape:G:sparsity' -> (shape, G, sparsity)."""
+def parse_case(case: str) -> tuple[str, int, float, int | None]:
+    """'shape:G:sparsity[:M]' -> (shape, G, sparsity, M or None for the shape's own)."""
     try:
-        name, granularity, sparsity = case.split(":")
-        parsed = name, int(granularity), float(sparsity)
+        name, granularity, sparsity, *rows = case.split(":")
+        if len(rows) > 1:
+            raise ValueError(case)
+        parsed = name, int(granularity), float(sparsity), int(rows[0]) if rows else None
     except ValueError as err:
-        raise argparse.ArgumentTypeError(f"expected shape:G:sparsity, got {case!r}") from err
+        raise argparse.ArgumentTypeError(f"expected shape:G:sparsity[:M], got {case!r}") from err
     if name not in SHAPES:
         raise argparse.ArgumentTypeError(f"unknown shape {name!r}; one of {', '.join(SHAPES)}")
     return parsed
 
 
-def time_case(case: str, seed: int) -> dict[str, Any]:
-    """The case's error against fp32 and the medians of dense and TW-fm, drawn exactly as tw_bench draws them."""
-    name, granularity, sparsity = parse_case(case)
+def time_case(case: str, seed: int, row_major: bool) -> dict[str, Any]:
+    """The case's error against fp32 and the medians of dense and TW, drawn exactly as tw_bench draws them."""
+    name, granularity, sparsity, rows = parse_case(case)
     m, k, n = SHAPES[name]
+    m = rows or m
     gen = case_generator(seed, name, granularity, sparsity)
     mask = bench_tw_mask(k, n, granularity, sparsity, gen).cuda()
     cuda_gen = torch.Generator(device="cuda").manual_seed(int(torch.randint(1 << 30, (1,), generator=gen)))
@@ -57,14 +61,20 @@ def time_case(case: str, seed: int) -> dict[str, Any]:
     x = torch.randn(m, k, generator=cuda_gen, device="cuda").half()
     xt = x.t().contiguous()
     packed = pack_tw(b, mask, granularity)
-    err = relative_error(packed.matmul_feature_major(xt).t(), x.float() @ (b * mask).float())
+    run = (lambda p: p.matmul(x)) if row_major else (lambda p: p.matmul_feature_major(xt).t())
+    err = relative_error(run(packed), x.float() @ (b * mask).float())
     return {
-        "case": case,
+        "case": f"{case} row-major" if row_major else case,
         "device": device_name(),
         "rel_err": err,
         "dense_us": time_cuda(Rotation(lambda w: x @ w, b, b.nbytes, m)).median_us,
-        "tw_fm_us": time_cuda(Rotation(lambda p: p.matmul_feature_major(xt), packed, packed.nbytes(), m)).median_us,
+        "tw_us": time_cuda(Rotation(run, packed, packed.nbytes(), m)).median_us,
     }
+
+
+def tw_us(line: dict[str, Any]) -> float:
+    """A line's TW median (`tw_fm_us` in files written before row-major timing)."""
+    return line["tw_us"] if "tw_us" in line else line["tw_fm_us"]
 
 
 def summarize(lines: list[dict[str, Any]], baseline: str) -> list[dict[str, Any]]:
@@ -75,10 +85,10 @@ def summarize(lines: list[dict[str, Any]], baseline: str) -> list[dict[str, Any]
     rows = []
     for case, tags in by_case.items():
         dense = min(r["dense_us"] for runs in tags.values() for r in runs)
-        base = min(r["tw_fm_us"] for r in tags[baseline]) if baseline in tags else math.nan
+        base = min(tw_us(r) for r in tags[baseline]) if baseline in tags else math.nan
         row: dict[str, Any] = {"case": case, "dense_us": dense, "rounds": min(len(runs) for runs in tags.values())}
         for tag, runs in tags.items():
-            best = min(r["tw_fm_us"] for r in runs)
+            best = min(tw_us(r) for r in runs)
             row[f"{tag}_us"] = best
             row[f"{tag}_x_dense"] = dense / best
             row[f"{tag}_gain"] = base / best - 1.0
@@ -94,6 +104,7 @@ def main() -> None:
     timing.add_argument("--tag", required=True, help="the build's name in the summary")
     timing.add_argument("--cases", nargs="+", type=parse_case, required=True, metavar="SHAPE:G:SPARSITY")
     timing.add_argument("--seed", type=int, default=0)
+    timing.add_argument("--row-major", action="store_true", help="x and y row-major, as export.py's Linear layers")
     summary = sub.add_parser("summarize", help="fastest median per build and case")
     summary.add_argument("files", nargs="+", type=Path)
     summary.add_argument("--baseline", default="base")
@@ -102,8 +113,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.command == "time":
         require_kernels("tw_ab")
-        for name, granularity, sparsity in args.cases:
-            line = {"tag": args.tag, **time_case(f"{name}:{granularity}:{sparsity}", args.seed)}
+        for name, granularity, sparsity, rows in args.cases:
+            case = f"{name}:{granularity}:{sparsity}" + (f":{rows}" if rows else "")
+            line = {"tag": args.tag, **time_case(case, args.seed, args.row_major)}
             print(json.dumps(line), flush=True)
         return
     lines = [json.loads(text) for path in args.files for text in path.read_text().splitlines() if text.strip()]
@@ -116,7 +128,8 @@ def main() -> None:
             columns.append((f"{tag}_gain", f"{tag} vs {args.baseline}"))
     columns += [("rounds", "rounds"), ("max_rel_err", "max rel err")]
     notes = [
-        "TW with x feature-major (`auto` kernel) and dense cuBLAS, fp16; each build's fastest median over the rounds, "
+        "TW (`auto` kernel; x feature-major unless the case says row-major) and dense cuBLAS, fp16; each build's "
+        "fastest median over the rounds, "
         "builds alternating their order from round to round; 'vs' is the baseline's time over the build's, minus 1.",
         *args.note,
     ]

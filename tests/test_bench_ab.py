@@ -11,7 +11,7 @@ from bench.tw_ab import parse_case, summarize
 
 
 def _line(tag: str, case: str, tw_us: float, dense_us: float, err: float = 1e-4) -> dict[str, object]:
-    return {"tag": tag, "case": case, "device": "gpu", "rel_err": err, "dense_us": dense_us, "tw_fm_us": tw_us}
+    return {"tag": tag, "case": case, "device": "gpu", "rel_err": err, "dense_us": dense_us, "tw_us": tw_us}
 
 
 def test_summary_keeps_each_builds_fastest_round() -> None:
@@ -36,9 +36,18 @@ def test_summary_without_the_baseline_reports_no_gain() -> None:
     assert math.isnan(row["new_gain"])
 
 
-def test_parse_case_names_shape_granularity_and_sparsity() -> None:
-    assert parse_case("bert_qkv:128:0.75") == ("bert_qkv", 128, 0.75)
+def test_summary_reads_files_written_before_row_major_timing() -> None:
+    old = {**_line("base", "lstm_gates:128:0.75", 5.5, 4.2)}
+    old["tw_fm_us"] = old.pop("tw_us")
+    (row,) = summarize([old, _line("new", "lstm_gates:128:0.75", 5.0, 4.1)], "base")
+    assert row["base_us"] == 5.5 and row["new_us"] == 5.0
+
+
+def test_parse_case_names_shape_granularity_sparsity_and_rows() -> None:
+    assert parse_case("bert_qkv:128:0.75") == ("bert_qkv", 128, 0.75, None)
+    assert parse_case("lstm_gates:64:0.5:32") == ("lstm_gates", 64, 0.5, 32)
     with pytest.raises(argparse.ArgumentTypeError, match="unknown shape"):
         parse_case("bert_qvk:128:0.75")
-    with pytest.raises(argparse.ArgumentTypeError, match="shape:G:sparsity"):
-        parse_case("bert_qkv:128")
+    for bad in ("bert_qkv:128", "bert_qkv:128:0.75:32:1", "bert_qkv:128:0.75:many"):
+        with pytest.raises(argparse.ArgumentTypeError, match=r"shape:G:sparsity\[:M\]"):
+            parse_case(bad)
