@@ -427,6 +427,7 @@ __global__ void __launch_bounds__(kGemvThreads) tw_gemv_whole_x_kernel(PackedTil
 // 32 wherever either beat the warp-specialized kernel.
 constexpr int kMmaBatch = 2;  // K steps per batch; a warp has two batches in flight
 constexpr int kMmaGemvCtasPerSm = 3;  // resident at once: the registers and shared memory are sized for it
+constexpr int kStagedXCtasPerSm = 2;  // with a row-major x staged: registers for the staging's loads in flight
 
 // StagedX: a row-major x, rows m0 .. m0 + kRows over all of K, is staged in shared memory behind the fixed part
 // (kSmemBytes) as [K + 1][kRows] (kXStageBytes), swizzled as a gathered step is, so the stages hold only values.
@@ -459,7 +460,7 @@ struct MmaGemvShape {
 template <typename T, int Frags>
 __device__ __forceinline__ void stage_x_transposed(unsigned char* xs, const Problem& p, int64_t K, int64_t m0) {
   using Shape = MmaGemvShape<Frags, true>;
-  constexpr int kRows = Shape::kRows, kLoads = 4;
+  constexpr int kRows = Shape::kRows, kLoads = 16;  // all of a CTA's loads in flight at once at 32 x 1024
   const T* x = static_cast<const T*>(p.x);
   const int runs = static_cast<int>(K / 8), pairs = (runs + 1) / 2;
   const int total = 2 * kRows * pairs;
@@ -492,7 +493,7 @@ __device__ __forceinline__ void stage_x_transposed(unsigned char* xs, const Prob
 }
 
 template <typename T, int Frags, bool StagedX>
-__global__ void __launch_bounds__(kGemvThreads, kMmaGemvCtasPerSm)
+__global__ void __launch_bounds__(kGemvThreads, StagedX ? kStagedXCtasPerSm : kMmaGemvCtasPerSm)
     tw_gemv_mma_kernel(PackedTile w, Problem p, int k_split) {
   using Shape = MmaGemvShape<Frags, StagedX>;
   constexpr int kXChunks = Shape::kXChunks, kRowBytes = Shape::kRowBytes;
@@ -740,9 +741,9 @@ const char* allow_device_smem() {
 
 // Tensor-core GEMV CTAs of `smem_bytes` that one SM holds at once: the registers allow kMmaGemvCtasPerSm, the shared
 // memory (1 KB reserved per CTA) may allow fewer.
-int mma_gemv_ctas_per_sm(int64_t smem_bytes) {
+int mma_gemv_ctas_per_sm(int64_t smem_bytes, bool staged_x = false) {
   const int64_t by_smem = smem_limits().per_sm / (smem_bytes + 1024);
-  return static_cast<int>(std::min<int64_t>(kMmaGemvCtasPerSm, by_smem));
+  return static_cast<int>(std::min<int64_t>(staged_x ? kStagedXCtasPerSm : kMmaGemvCtasPerSm, by_smem));
 }
 
 // Whether the tensor-core GEMV with Frags fragments can stage this call's row-major x whole (16-byte rows) within
@@ -754,7 +755,7 @@ bool can_stage_x(const PackedTile& w, const Problem& p, int64_t ctas) {
   const bool rows16 = p.sxk == 1 && p.sxm % 8 == 0 && w.K % 8 == 0 && reinterpret_cast<uintptr_t>(p.x) % 16 == 0;
   if (!rows16 || p.M <= kGemvMaxM) return false;
   const int64_t smem = Shape::kSmemBytes + Shape::kXStageBytes(w.K);
-  return smem <= smem_limits().per_cta && ctas <= int64_t{mma_gemv_ctas_per_sm(smem)} * p.num_sms;
+  return smem <= smem_limits().per_cta && ctas <= int64_t{mma_gemv_ctas_per_sm(smem, true)} * p.num_sms;
 }
 
 // Launch configuration of GEMV CTAs over `grid` in clusters of Cluster consecutive CTAs (a tile's slices).
