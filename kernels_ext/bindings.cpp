@@ -171,15 +171,15 @@ at::Tensor tw_matmul(const at::Tensor& x, const at::Tensor& values, const at::Te
   // would be a few bytes per sector (the GEMVs' few rows are written directly). A weight that keeps every column
   // (vector-wise N:M: each tile owns G adjacent columns) writes whole 16-byte runs of a row-major y directly.
   // Callers that keep activations feature-major pass feature_major=true and skip both.
-  // Where its CTAs fit one round, the tensor-core GEMV stages a row-major x itself instead.
   at::Tensor xt, yt;
-  p.x = x.data_ptr();
-  p.sxm = feature_major ? 1 : K;
-  p.sxk = feature_major ? M : 1;
-  const bool transposes_x = !feature_major && M > tw::kGemvMaxM && !tw::stages_row_major_x(w, p);
+  const bool transposes_x = !feature_major && M > tw::kGemvMaxM;
   const bool transposes_y = transposes_x && pruned_cols.numel() > 0 && !tw::runs_gemv(w, p);
   const int64_t ldt = (M + 7) / 8 * 8;
-  if (transposes_x) {
+  if (!transposes_x) {
+    p.x = x.data_ptr();
+    p.sxm = feature_major ? 1 : K;
+    p.sxk = feature_major ? M : 1;
+  } else {
     xt = at::empty({K, ldt}, opts);
     p.x = xt.data_ptr();
     p.sxm = 1;

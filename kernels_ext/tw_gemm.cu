@@ -398,10 +398,6 @@ bool runs_gemv(const PackedTile& w, const Problem& p) {
   return path == Path::kGemv || path == Path::kGemvMma;
 }
 
-bool stages_row_major_x(const PackedTile& w, const Problem& p) {
-  return w.num_tiles > 0 && p.sxk == 1 && make_plan(w, p).stages_x;
-}
-
 const char* launch_tw_matmul(const PackedTile& w, const Problem& p) {
   return p.dtype == DType::kHalf ? run<__half>(w, p) : run<__nv_bfloat16>(w, p);
 }

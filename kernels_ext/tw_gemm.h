@@ -58,13 +58,11 @@ struct Problem {
   cudaStream_t stream;
 };
 
-// How one call runs: kernel family, CTA rows, K splits (1 = direct epilogue, no workspace), and whether the
-// tensor-core GEMV reads a row-major x itself (staged whole in shared memory), so that the call needs no transposes.
+// How one call runs: kernel family, CTA rows, K splits (1 = direct epilogue, no workspace).
 struct Plan {
   Path path;
   int block_m;
   int splits;
-  bool stages_x;
 };
 
 constexpr int kKStep = 32;  // kept K of every tile is padded to a multiple of this
@@ -90,10 +88,6 @@ bool needs_workspace(const PackedTile& w, const Problem& p);
 // call needs no transpose of y. Needs only p's sizes, path and SM count, not its x and y: whichever GEMV the
 // alignment of x picks at M <= kSmallM, the answer is the same.
 bool runs_gemv(const PackedTile& w, const Problem& p);
-
-// True when a row-major x (p.sxk == 1) goes to the tensor-core GEMV as it is, without the transpose into a
-// feature-major x that the other tensor-core kernels need: the binding asks before it transposes.
-bool stages_row_major_x(const PackedTile& w, const Problem& p);
 
 // Launches the TW GEMM. Large M needs x feature-major (sxm == 1, sxk % 8 == 0, 16-byte aligned).
 // Returns nullptr on success, else a static error message (the launch error is checked after every kernel).

@@ -427,76 +427,30 @@ __global__ void __launch_bounds__(kGemvThreads) tw_gemv_whole_x_kernel(PackedTil
 // 32 wherever either beat the warp-specialized kernel.
 constexpr int kMmaBatch = 2;  // K steps per batch; a warp has two batches in flight
 constexpr int kMmaGemvCtasPerSm = 3;  // resident at once: the registers and shared memory are sized for it
-constexpr int kStagedXCtasPerSm = 2;  // with a row-major x staged: registers for the staging's loads in flight
 
-// StagedX: a row-major x, rows m0 .. m0 + kRows over all of K, is staged in shared memory behind the fixed part
-// (kSmemBytes) as [K + 1][kRows] (kXStageBytes), swizzled as a gathered step is, so the stages hold only values.
-template <int Frags, bool StagedX = false>
+template <int Frags>
 struct MmaGemvShape {
   static constexpr int kRows = 16 * Frags;                       // rows of x (m) per CTA
   static constexpr int kXChunks = kRows / 8;                     // 16-byte chunks per gathered kept row
-  static constexpr int kRowBytes = kRows * 2;                    // one kept row of x
-  static constexpr int kXBytes = StagedX ? 0 : 16 * kRowBytes;   // one step's gathered x, [16 kept rows][kRows m]
+  static constexpr int kXBytes = 16 * kRows * 2;                 // one step's gathered x, [16 kept rows][kRows m]
   static constexpr int kValueBytes = 16 * kGemvSliceCols * 2;    // one step's packed values, [16 rows][32 columns]
   static constexpr int kStepBytes = kXBytes + kValueBytes;
   static constexpr int kWarpBytes = 2 * kMmaBatch * kStepBytes;  // two batches of stages
+  static constexpr int kRingBytes = kGemvWarps * kWarpBytes;
   using Staged = StagedTile<kRows, kGemvSliceCols>;
   static constexpr int kPartialLd = kGemvSliceCols + 8;  // [warp][m][slice column], padded: conflict-free float2
-  static constexpr int kPartialBytes =
-      Frags == 1 ? kSlicePartialFloats<kSmallM> * 4 : kGemvWarps * kRows * kPartialLd * 4;
-  // The stages, whose room the partial sums take after the main loop.
-  static constexpr int kRingBytes = std::max(kGemvWarps * kWarpBytes, kPartialBytes);
   static constexpr int kSmemBytes = Frags == 1 ? kRingBytes : kRingBytes + Staged::kBytes;
-  static constexpr int64_t kXStageBytes(int64_t K) { return (K + 1) * kRowBytes; }
-  static_assert(StagedX || kMmaGemvCtasPerSm * (kSmemBytes + 1024) <= 228 * 1024, "CTAs per Hopper SM (1 KB each)");
+  static_assert(kMmaGemvCtasPerSm * (kSmemBytes + 1024) <= 228 * 1024, "CTAs per Hopper SM (1 KB reserved each)");
   static_assert(Frags == 1 || Frags == 2, "16 or 32 rows of x per CTA");
-  static_assert(kSmemBytes % 128 == 0, "the staged x starts 128-byte aligned");
+  static_assert(Frags > 1 || kSlicePartialFloats<kSmallM> * 4 <= kRingBytes, "the partial sums reuse the stages");
+  static_assert(Frags == 1 || kGemvWarps * kRows * kPartialLd * 4 <= kRingBytes, "the partial sums reuse the stages");
 };
 
-// Rows m0 .. m0 + kRows of a row-major x (16-byte rows: p.sxm % 8 == 0) over all K into `xs` as [K + 1][kRows]: row
-// k holds x(m0 .., k), swizzled in 16-byte chunks of 8 m as the gathered steps are; zeros past M and in row K, which
-// the padding index -1 reads. Each pair of lanes reads one 32-byte sector of an x row (two 16-byte runs of 8 k) and
-// writes them down the rows of the staging, so every shared-memory store of a warp hits two rows of 16 m.
 template <typename T, int Frags>
-__device__ __forceinline__ void stage_x_transposed(unsigned char* xs, const Problem& p, int64_t K, int64_t m0) {
-  using Shape = MmaGemvShape<Frags, true>;
-  constexpr int kRows = Shape::kRows, kLoads = 16;  // all of a CTA's loads in flight at once at 32 x 1024
-  const T* x = static_cast<const T*>(p.x);
-  const int runs = static_cast<int>(K / 8), pairs = (runs + 1) / 2;
-  const int total = 2 * kRows * pairs;
-  for (int base = threadIdx.x; base < total; base += kLoads * kGemvThreads) {
-    uint4 v[kLoads];
-    int m[kLoads], run[kLoads];
-#pragma unroll
-    for (int l = 0; l < kLoads; ++l) {
-      const int i = base + l * kGemvThreads, rest = i >> 1;
-      m[l] = rest % kRows;
-      run[l] = 2 * (rest / kRows) + (i & 1);
-      const bool ok = i < total && run[l] < runs && m0 + m[l] < p.M;
-      v[l] = ok ? __ldg(reinterpret_cast<const uint4*>(x + (m0 + m[l]) * p.sxm + 8 * run[l])) : make_uint4(0, 0, 0, 0);
-    }
-#pragma unroll
-    for (int l = 0; l < kLoads; ++l) {
-      if (base + l * kGemvThreads >= total || run[l] >= runs) continue;
-      const T* e = reinterpret_cast<const T*>(&v[l]);
-      const int chunk = m[l] / 8, within = (m[l] % 8) * 2;
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const int k = 8 * run[l] + j;
-        *reinterpret_cast<T*>(xs + k * Shape::kRowBytes + swizzle<Shape::kXChunks>(k, chunk) * 16 + within) = e[j];
-      }
-    }
-  }
-  for (int b = threadIdx.x; b < Shape::kRowBytes / 4; b += kGemvThreads) {
-    reinterpret_cast<uint32_t*>(xs + K * Shape::kRowBytes)[b] = 0u;
-  }
-}
-
-template <typename T, int Frags, bool StagedX>
-__global__ void __launch_bounds__(kGemvThreads, StagedX ? kStagedXCtasPerSm : kMmaGemvCtasPerSm)
+__global__ void __launch_bounds__(kGemvThreads, kMmaGemvCtasPerSm)
     tw_gemv_mma_kernel(PackedTile w, Problem p, int k_split) {
-  using Shape = MmaGemvShape<Frags, StagedX>;
-  constexpr int kXChunks = Shape::kXChunks, kRowBytes = Shape::kRowBytes;
+  using Shape = MmaGemvShape<Frags>;
+  constexpr int kXChunks = Shape::kXChunks, kRowBytes = Shape::kRows * 2;
   static_assert(Frags > 1 || kSmallM == 16, "one m16n8k16 row block holds every row of x");
   extern __shared__ __align__(128) unsigned char smem[];
   allow_dependent_launch();  // a finalize pass may follow
@@ -525,10 +479,7 @@ __global__ void __launch_bounds__(kGemvThreads, StagedX ? kStagedXCtasPerSm : kM
     value_src[h] = r * ld + c * 8;
     value_dst[h] = Shape::kXBytes + r * 64 + swizzle<4>(r, c) * 16;
   }
-  // x: lane l copies chunks l, l + 32, ... of the step's 16 kept rows x kXChunks chunks (8 m each). With StagedX no
-  // copies: each lane's ldmatrix reads kept row a_row (below) of a step straight from the staging, by its index.
-  const int li = lane & 7, q = lane >> 3;
-  const int a_row = li + (q >> 1) * 8, b_row = li + (q & 1) * 8, b_chunk = q >> 1;
+  // x: lane l copies chunks l, l + 32, ... of the step's 16 kept rows x kXChunks chunks (8 m each).
   const int* rows = w.rows + p0 + kb;
   const T* x = static_cast<const T*>(p.x) + m0;
   int copy_row[Frags], x_bytes[Frags], x_offset[Frags];
@@ -536,7 +487,7 @@ __global__ void __launch_bounds__(kGemvThreads, StagedX ? kStagedXCtasPerSm : kM
 #pragma unroll
   for (int h = 0; h < Frags; ++h) {
     const int chunk = lane + 32 * h, r = chunk / kXChunks, c = chunk % kXChunks;
-    copy_row[h] = StagedX ? a_row : r;
+    copy_row[h] = r;
     x_offset[h] = 8 * c;
     const int64_t left = p.M - m0 - 8 * c;  // rows of x from this chunk's first
     x_bytes[h] = left >= 8 ? 16 : (left > 0 ? static_cast<int>(left) * 2 : 0);
@@ -550,7 +501,7 @@ __global__ void __launch_bounds__(kGemvThreads, StagedX ? kStagedXCtasPerSm : kM
     for (int u = 0; u < kMmaBatch; ++u) {
       const int s = step(batch, u);
 #pragma unroll
-      for (int h = 0; h < (StagedX ? 1 : Frags); ++h) {
+      for (int h = 0; h < Frags; ++h) {
         x_rows[u][h] = x_rows_later[u][h];
         x_rows_later[u][h] = s < steps ? __ldg(rows + s * 16 + copy_row[h]) : -1;
       }
@@ -579,6 +530,8 @@ __global__ void __launch_bounds__(kGemvThreads, StagedX ? kStagedXCtasPerSm : kM
   };
   // ldmatrix sources: A (x) rows a_row, chunk 2i + (q & 1) for fragment i; B (values) rows b_row, chunk b_chunk
   // (+2 for columns 16..31).
+  const int li = lane & 7, q = lane >> 3;
+  const int a_row = li + (q >> 1) * 8, b_row = li + (q & 1) * 8, b_chunk = q >> 1;
   uint32_t a_src[Frags], b_src[2];
 #pragma unroll
   for (int i = 0; i < Frags; ++i) a_src[i] = a_row * kRowBytes + swizzle<kXChunks>(a_row, 2 * i + (q & 1)) * 16;
@@ -596,26 +549,18 @@ __global__ void __launch_bounds__(kGemvThreads, StagedX ? kStagedXCtasPerSm : kM
   FinalizeCursor<T> fill = pruned_share<T>(w, p);
   float acc[Frags][4][4] = {};
   const int batches = steps > warp ? (steps - warp + kBatchStride - 1) / kBatchStride : 0;
-  // StagedX: x_rows holds the indices of the batch being multiplied, x_rows_later those of the batch after.
-  const uint32_t xs = smem_addr(smem + Shape::kSmemBytes);
-  const int padding_row = static_cast<int>(w.K);
   copy_values(0);  // the packed values never come from the kernel before
   load_rows(0);
   load_rows(1);
   wait_for_prerequisite_grid();  // x may come from the transpose launched just before
-  if constexpr (StagedX) {
-    stage_x_transposed<T, Frags>(smem + Shape::kSmemBytes, p, w.K, m0);
-    __syncthreads();  // every warp reads any kept row of the staging
-  } else {
-    copy_x(0);
-  }
+  copy_x(0);
   cp_async_commit();
-  if constexpr (!StagedX) load_rows(2);
+  load_rows(2);
   for (int batch = 0; batch < batches; ++batch) {
     copy_values(batch + 1);
-    if constexpr (!StagedX) copy_x(batch + 1);
+    copy_x(batch + 1);
     cp_async_commit();
-    if constexpr (!StagedX) load_rows(batch + 3);
+    load_rows(batch + 3);
     cp_async_wait<1>();  // this batch's copies are done
     __syncwarp();
 #pragma unroll
@@ -623,16 +568,8 @@ __global__ void __launch_bounds__(kGemvThreads, StagedX ? kStagedXCtasPerSm : kM
       if (step(batch, u) >= steps) break;
       const uint32_t st = stage(batch, u);
       uint32_t a[Frags][4], b[2][4];
-      if constexpr (StagedX) {
-        const int row = x_rows[u][0] < 0 ? padding_row : x_rows[u][0];
 #pragma unroll
-        for (int i = 0; i < Frags; ++i) {
-          ldmatrix_x4_trans(a[i], xs + row * kRowBytes + swizzle<kXChunks>(row, 2 * i + (q & 1)) * 16);
-        }
-      } else {
-#pragma unroll
-        for (int i = 0; i < Frags; ++i) ldmatrix_x4_trans(a[i], st + a_src[i]);
-      }
+      for (int i = 0; i < Frags; ++i) ldmatrix_x4_trans(a[i], st + a_src[i]);
       ldmatrix_x4_trans(b[0], st + b_src[0]);
       ldmatrix_x4_trans(b[1], st + b_src[1]);
 #pragma unroll
@@ -641,7 +578,6 @@ __global__ void __launch_bounds__(kGemvThreads, StagedX ? kStagedXCtasPerSm : kM
         for (int j = 0; j < 4; ++j) mma_16816<T>(acc[i][j], a[i], &b[j / 2][(j % 2) * 2]);
     }
     __syncwarp();  // the stages are read before the batch after next is copied into them
-    if constexpr (StagedX) load_rows(batch + 2);
   }
   cp_async_wait<0>();
 
@@ -712,50 +648,25 @@ int resident_ctas_per_sm() {
   return ctas;
 }
 
-// Shared memory that one CTA may opt into and that one SM holds, on the device of the first call (the devices of a
-// process are assumed alike).
-struct SmemLimits {
-  int per_cta = 0, per_sm = 0;
-};
-inline SmemLimits smem_limits() {
-  static const SmemLimits limits = [] {
-    SmemLimits l;
-    int device = 0;
-    if (cudaGetDevice(&device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&l.per_cta, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&l.per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device) != cudaSuccess) {
-      return SmemLimits{};
-    }
-    return l;
+// Shared memory that one SM holds, on the device of the first call (the devices of a process are assumed alike).
+int smem_per_sm() {
+  static const int bytes = [] {
+    int device = 0, n = 0;
+    return cudaGetDevice(&device) == cudaSuccess &&
+                   cudaDeviceGetAttribute(&n, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device) == cudaSuccess
+               ? n
+               : 0;
   }();
-  return limits;
+  return bytes;
 }
 
-// Raises kKernel's dynamic shared-memory limit to all that a CTA may opt into, once per process per kernel.
-template <auto kKernel>
-const char* allow_device_smem() {
-  static const cudaError_t err =
-      cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_limits().per_cta);
-  return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
-}
-
-// Tensor-core GEMV CTAs of `smem_bytes` that one SM holds at once: the registers allow kMmaGemvCtasPerSm, the shared
-// memory (1 KB reserved per CTA) may allow fewer.
-int mma_gemv_ctas_per_sm(int64_t smem_bytes, bool staged_x = false) {
-  const int64_t by_smem = smem_limits().per_sm / (smem_bytes + 1024);
-  return static_cast<int>(std::min<int64_t>(staged_x ? kStagedXCtasPerSm : kMmaGemvCtasPerSm, by_smem));
-}
-
-// Whether the tensor-core GEMV with Frags fragments can stage this call's row-major x whole (16-byte rows) within
-// one CTA's shared memory and still run its `ctas` CTAs in one round. Staging reads all of x's K for every CTA where
-// the gathering kernel reads only its tile's kept rows, so it pays only while the CTAs take one round.
+// Tensor-core GEMV CTAs with Frags fragments that one SM holds at once: the registers allow kMmaGemvCtasPerSm, which
+// Hopper's shared memory holds too (MmaGemvShape checks it); an SM with less shared memory holds fewer (1 KB reserved
+// per CTA).
 template <int Frags>
-bool can_stage_x(const PackedTile& w, const Problem& p, int64_t ctas) {
-  using Shape = MmaGemvShape<Frags, true>;
-  const bool rows16 = p.sxk == 1 && p.sxm % 8 == 0 && w.K % 8 == 0 && reinterpret_cast<uintptr_t>(p.x) % 16 == 0;
-  if (!rows16 || p.M <= kGemvMaxM) return false;
-  const int64_t smem = Shape::kSmemBytes + Shape::kXStageBytes(w.K);
-  return smem <= smem_limits().per_cta && ctas <= int64_t{mma_gemv_ctas_per_sm(smem, true)} * p.num_sms;
+int mma_gemv_ctas_per_sm() {
+  const int by_smem = smem_per_sm() / (MmaGemvShape<Frags>::kSmemBytes + 1024);
+  return std::min(kMmaGemvCtasPerSm, by_smem);
 }
 
 // Launch configuration of GEMV CTAs over `grid` in clusters of Cluster consecutive CTAs (a tile's slices).
@@ -808,33 +719,23 @@ std::optional<const char*> launch_row_shares(const PackedTile& w, const Problem&
   return launch_clustered<kKernel, Cluster>(grid, p.stream, w, p, k_split);
 }
 
-template <typename T, int Frags, bool StagedX>
+template <typename T, int Frags>
 const char* launch_mma_gemv(const PackedTile& w, const Problem& p, dim3 grid, int k_split) {
-  using Shape = MmaGemvShape<Frags, StagedX>;
-  constexpr auto kKernel = tw_gemv_mma_kernel<T, Frags, StagedX>;
-  const char* err = StagedX ? allow_device_smem<kKernel>() : allow_dynamic_smem<kKernel, Shape::kSmemBytes>();
-  if (err != nullptr) return err;
-  const int64_t smem = Shape::kSmemBytes + (StagedX ? Shape::kXStageBytes(w.K) : 0);
-  grid.z = cdiv(p.M, Shape::kRows);
-  return launch_kernel(kKernel, grid, dim3(kGemvThreads), static_cast<int>(smem), p.stream, p.x_from_prior_kernel, w,
-                       p, k_split);
-}
-
-// One call's tensor-core GEMV: rows of x per CTA from the plan (16 up to kSmallM, else 32), x staged or gathered.
-template <typename T>
-const char* launch_mma_gemv(const PackedTile& w, const Problem& p, const Plan& plan, dim3 grid, int k_split) {
-  const bool rows16 = plan.block_m == MmaGemvShape<1>::kRows;
-  if (plan.stages_x) {
-    return rows16 ? launch_mma_gemv<T, 1, true>(w, p, grid, k_split) : launch_mma_gemv<T, 2, true>(w, p, grid, k_split);
-  }
-  return rows16 ? launch_mma_gemv<T, 1, false>(w, p, grid, k_split) : launch_mma_gemv<T, 2, false>(w, p, grid, k_split);
+  constexpr auto kKernel = tw_gemv_mma_kernel<T, Frags>;
+  constexpr int kSmem = MmaGemvShape<Frags>::kSmemBytes;
+  if (const char* err = allow_dynamic_smem<kKernel, kSmem>()) return err;
+  grid.z = cdiv(p.M, MmaGemvShape<Frags>::kRows);
+  return launch_kernel(kKernel, grid, dim3(kGemvThreads), kSmem, p.stream, p.x_from_prior_kernel, w, p, k_split);
 }
 
 template <typename T>
 const char* launch_typed(const PackedTile& w, const Problem& p, const Plan& plan) {
   const int k_split = std::max(kKStep, cdiv(cdiv(w.max_tile_k, plan.splits), kKStep) * kKStep);
   const dim3 grid(w.num_tiles * (w.granularity / kGemvSliceCols), plan.splits);
-  if (plan.path == Path::kGemvMma) return launch_mma_gemv<T>(w, p, plan, grid, k_split);
+  if (plan.path == Path::kGemvMma) {  // 16 rows of x per CTA up to kSmallM (gemv_plan), else 32 (mma_gemv_plan)
+    return plan.block_m == MmaGemvShape<1>::kRows ? launch_mma_gemv<T, 1>(w, p, grid, k_split)
+                                                  : launch_mma_gemv<T, 2>(w, p, grid, k_split);
+  }
   const auto run = [&](auto kernel) {
     kernel<<<grid, kGemvThreads, 0, p.stream>>>(w, p, k_split);
     return check_launch();
@@ -862,11 +763,9 @@ const char* launch_typed(const PackedTile& w, const Problem& p, const Plan& plan
 Plan gemv_plan(const PackedTile& w, const Problem& p) {
   const bool x_rows16 = p.sxm == 1 && p.sxk % 8 == 0 && reinterpret_cast<uintptr_t>(p.x) % 16 == 0;
   Plan plan{};
+  plan.path = p.M > kGemvMaxM && x_rows16 ? Path::kGemvMma : Path::kGemv;
   plan.block_m = kSmallM;
   plan.splits = gemv_splits(w, p);
-  const int64_t slices = static_cast<int64_t>(w.num_tiles) * (w.granularity / kGemvSliceCols);
-  plan.stages_x = plan.splits == 1 && can_stage_x<1>(w, p, slices);
-  plan.path = p.M > kGemvMaxM && (x_rows16 || plan.stages_x) ? Path::kGemvMma : Path::kGemv;
   return plan;
 }
 
@@ -874,21 +773,19 @@ Plan gemv_plan(const PackedTile& w, const Problem& p) {
 // warp-specialized kernel's 64-row items or faster on every measured weight (up to 4096 x 11008 at 30% sparsity).
 // Past that it rereads the values for every 32 rows. While all its CTAs ran in one round it was 3-63% faster at 128
 // and 256 rows, but for one case 3% slower (LSTM gates, 256 rows at 50%: 2.9 CTAs per SM); from 3.4 CTAs per SM it
-// took 1.4-3.3 times as long (bench/results/tw_h200_mid_m_gemv_sweep.md, M 32-256 on an H200).
+// took 1.4-3.3 times as long (bench/results/tw_h200_mid_m_gemv_sweep.md, M 32-256 on an H200). One round is what
+// this device's SMs hold: three CTAs each on Hopper, fewer where an SM has less shared memory.
 std::optional<Plan> mma_gemv_plan(const PackedTile& w, const Problem& p) {
-  const int64_t slices = static_cast<int64_t>(w.num_tiles) * (w.granularity / kGemvSliceCols);
-  const int blocks = cdiv(p.M, MmaGemvShape<2>::kRows);
-  const bool stages_x = can_stage_x<2>(w, p, slices * blocks);
   if (p.path != Path::kGemvMma) {
     if (p.path != Path::kAuto || p.M > kMmaGemvMaxM) return std::nullopt;
-    const int per_sm = mma_gemv_ctas_per_sm(MmaGemvShape<2>::kSmemBytes);
-    if (!stages_x && blocks > 1 && slices * blocks > int64_t{per_sm} * p.num_sms) return std::nullopt;
+    const int64_t slices = static_cast<int64_t>(w.num_tiles) * (w.granularity / kGemvSliceCols);
+    const int blocks = cdiv(p.M, MmaGemvShape<2>::kRows);
+    if (blocks > 1 && slices * blocks > int64_t{mma_gemv_ctas_per_sm<2>()} * p.num_sms) return std::nullopt;
   }
   Plan plan{};
   plan.path = Path::kGemvMma;
   plan.block_m = MmaGemvShape<2>::kRows;
   plan.splits = 1;
-  plan.stages_x = stages_x;
   return plan;
 }
 
