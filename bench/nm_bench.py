@@ -33,6 +33,7 @@ from bench.common import (
     write_results,
 )
 from bench.tw_bench import SHAPES as TW_SHAPES
+from bench.tw_bench import gemv_kernels, hopper_kernels
 from sparseprune.export.formats.nm import (
     PackedNM,
     auto_route,
@@ -49,7 +50,9 @@ log = logging.getLogger("nm_bench")
 LEGEND = (
     "Times are medians of CUDA-graph replays (launch overhead excluded) on the same device in one run. "
     "'N:M' takes x row-major through PackedNM.matmul (kernel: simt = CUDA-core SpMV/SpMM, tw = TW tensor-core "
-    "kernel on the repacked weight, with its transpose of x); 'TW-fm' gives the TW route x feature-major. "
+    "kernel on the repacked weight, with its transpose of x); 'TW-fm' gives the TW route x feature-major, and from "
+    "17 rows up to 1024 also forced to the tensor-core GEMV ('gemv.mma') and to the warp-specialized kernel "
+    "('wgmma.ws'), to check auto's choice between them. "
     "'ideal' is the dense GEMM over the kept K; 'weight-bytes bound' is dense weight bytes / packed bytes "
     "(values + in-group positions: 4 bits each for element-wise N:M with M <= 16, else 1 byte), the M = 1 ceiling. "
     "'HW 2:4' is the CUTLASS sm90 sparse-tensor-core GEMM (kernel sp24) "
@@ -80,6 +83,8 @@ COLUMNS = [
     ("speedup", "N:M ×dense"),
     ("nm_fm_us", "TW-fm µs"),
     ("speedup_fm", "TW-fm ×dense"),
+    ("tw_fm_gemv_mma_us", "TW-fm µs (gemv.mma)"),
+    ("tw_fm_wgmma_ws_us", "TW-fm µs (wgmma.ws)"),
     ("ideal_ratio", "ideal ×dense"),
     ("of_ideal", "N:M / ideal"),
     ("bytes_bound", "weight-bytes bound ×"),
@@ -130,13 +135,19 @@ def run_case(
         "rel_err": relative_error(y, ref),
     }
     xt = x.t().contiguous() if route == "tw" else None
+    # The TW route's mid-M choice, checked by forcing each side of it.
+    forced: list[str] = []
     if xt is not None:
+        kernels = gemv_kernels(m_rows) + hopper_kernels(m_rows, tw_view(packed).granularity)
+        forced = [kernel for kernel in kernels if kernel != "wgmma"]
         row["rel_err_fm"] = relative_error(tw_view(packed).matmul_feature_major(xt).t(), ref)
+        for kernel in forced:
+            row[f"rel_err_{kernel}"] = relative_error(tw_view(packed).matmul_feature_major(xt, kernel=kernel).t(), ref)
     sp24 = route_unavailable(x, packed, "sp24") is None
     if sp24:  # the worst of the shape's own tile and each forced one
         errors = [relative_error(sp24_view(packed).matmul(x, tile=tile), ref) for tile in FORCED_TILES]
         row["rel_err_sp24"] = worst_error([relative_error(nm_matmul(x, packed, kernel="sp24"), ref), *errors])
-    worst = worst_error([row["rel_err"], row.get("rel_err_fm", 0.0), row.get("rel_err_sp24", 0.0)])
+    worst = worst_error(v for key, v in row.items() if key.startswith("rel_err"))
     row["passed"] = worst <= TOLERANCE[x.dtype]
     if check_only:
         return row
@@ -153,6 +164,9 @@ def run_case(
         view = tw_view(packed)
         rotation = Rotation(lambda v: v.matmul_feature_major(xt), view, view.nbytes(), m_rows)
         time_into(row, "nm_fm_us", rotation)
+        for kernel in forced:
+            run = rotation.sharing(lambda v, kernel=kernel: v.matmul_feature_major(xt, kernel=kernel))
+            time_into(row, f"tw_fm_{kernel.replace('.', '_')}_us", run)
     if sp24:
         time_into(row, "sp24_us", packs.sharing(lambda p: nm_matmul(x, p, kernel="sp24")))
         compressed = sp24_view(packed)
