@@ -258,6 +258,9 @@ def bench_parser(description: str, shapes: Sequence[str]) -> argparse.ArgumentPa
     parser.add_argument("--shapes", nargs="*", default=list(shapes), choices=list(shapes))
     parser.add_argument("--dtype", choices=["float16", "bfloat16"], default="float16")
     parser.add_argument("--check-only", action="store_true", help="correctness only, no timing")
+    parser.add_argument(
+        "--rows", nargs="+", type=int, default=[None], help="run every shape at each of these M instead of its own"
+    )
     return parser
 
 

@@ -191,9 +191,17 @@ def add_ratios(row: dict[str, Any], t_dense: float) -> None:
 
 
 def run_shape(
-    name: str, patterns: list[str], vectors: list[int], dtype: torch.dtype, gen: torch.Generator, check_only: bool
+    name: str,
+    patterns: list[str],
+    vectors: list[int],
+    dtype: torch.dtype,
+    gen: torch.Generator,
+    check_only: bool,
+    rows: int | None = None,
 ) -> list[dict[str, Any]]:
+    """Every pattern and vector of one shape (at `rows` rows of x instead of its own M when given)."""
     m_rows, k, n = SHAPES[name]
+    m_rows = rows or m_rows
     dev = gen.device
     b = (torch.randn(k, n, generator=gen, device=dev) / math.sqrt(k)).to(dtype)
     x = torch.randn(m_rows, k, generator=gen, device=dev).to(dtype)
@@ -239,8 +247,8 @@ def main() -> None:
     check_columns = [("rel_err", "rel err"), ("rel_err_sp24", "HW 2:4 rel err"), ("passed", "passed")]
     columns = COLUMNS[:7] + check_columns if args.check_only else COLUMNS
     rows: list[dict[str, Any]] = []
-    for name in args.shapes:
-        rows += run_shape(name, args.patterns, args.vectors, dtype, gen, args.check_only)
+    for name, m in itertools.product(args.shapes, args.rows):
+        rows += run_shape(name, args.patterns, args.vectors, dtype, gen, args.check_only, m)
         torch.cuda.empty_cache()
         if args.out:  # after every shape, so a run cut short still leaves its finished cases
             write_results(args.out, rows, columns, case_notes(rows, args.dtype, LEGEND))

@@ -302,9 +302,6 @@ def main() -> None:
     parser.add_argument("--granularities", nargs="*", type=int, default=[64, 128])
     parser.add_argument("--profile", action="store_true", help="also log per-kernel device times of each case")
     parser.add_argument(
-        "--rows", nargs="+", type=int, default=[None], help="run every shape at each of these M instead of its own"
-    )
-    parser.add_argument(
         "--epilogue",
         choices=list(EPILOGUES),
         default="none",
