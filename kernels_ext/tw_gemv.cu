@@ -775,17 +775,19 @@ Plan gemv_plan(const PackedTile& w, const Problem& p) {
 // and 256 rows, but for one case 3% slower (LSTM gates, 256 rows at 50%: 2.9 CTAs per SM); from 3.4 CTAs per SM it
 // took 1.4-3.3 times as long (bench/results/tw_h200_mid_m_gemv_sweep.md, M 32-256 on an H200). One round is what
 // this device's SMs hold: three CTAs each on Hopper, fewer where an SM has less shared memory. Nor does it pay where
-// those rereads add up to many kept rows: on vector-wise 2:8 at 256 rows (eight blocks) it beat the warp-specialized
-// kernel with 1024 kept rows per tile (8.3 against 9.4 us, 1024 x 4096) and lost with 2048 (13.0 against 10.7 us,
-// 1024 x 8192) (bench/results/nm_vw_h200_mid_m.md).
-constexpr int64_t kMmaGemvMaxRereadRows = 12 * 1024;  // row blocks x the longest tile's kept rows
+// an SM walks many kept rows, its CTAs' count times the longest tile's kept rows, while the warp-specialized kernel
+// splits K over the whole GPU: on vector-wise N:M at 64-256 rows (1024 x 1024-8192, bench/results/nm_vw_h200_mid_m.md)
+// it won wherever an SM walked up to 2048 kept rows (up to 45% faster) and lost wherever it walked 4096 or more
+// (13-50% slower; a tile of 4096 kept rows at 64 rows: 12.8 against 9.7 us).
+constexpr int64_t kMmaGemvMaxRowsPerSm = 3072;
 std::optional<Plan> mma_gemv_plan(const PackedTile& w, const Problem& p) {
   if (p.path != Path::kGemvMma) {
     if (p.path != Path::kAuto || p.M > kMmaGemvMaxM) return std::nullopt;
     const int64_t slices = static_cast<int64_t>(w.num_tiles) * (w.granularity / kGemvSliceCols);
     const int blocks = cdiv(p.M, MmaGemvShape<2>::kRows);
     if (blocks > 1 && slices * blocks > int64_t{mma_gemv_ctas_per_sm<2>()} * p.num_sms) return std::nullopt;
-    if (blocks > 1 && int64_t{blocks} * w.max_tile_k > kMmaGemvMaxRereadRows) return std::nullopt;
+    const int64_t rows_per_sm = int64_t{cdiv(slices * blocks, p.num_sms)} * w.max_tile_k;
+    if (blocks > 1 && rows_per_sm > kMmaGemvMaxRowsPerSm) return std::nullopt;
   }
   Plan plan{};
   plan.path = Path::kGemvMma;
