@@ -774,11 +774,12 @@ Plan gemv_plan(const PackedTile& w, const Problem& p) {
 // Past that it rereads the values for every 32 rows. While all its CTAs ran in one round it was 3-63% faster at 128
 // and 256 rows, but for one case 3% slower (LSTM gates, 256 rows at 50%: 2.9 CTAs per SM); from 3.4 CTAs per SM it
 // took 1.4-3.3 times as long (bench/results/tw_h200_mid_m_gemv_sweep.md, M 32-256 on an H200). One round is what
-// this device's SMs hold: three CTAs each on Hopper, fewer where an SM has less shared memory. Nor does it pay where
-// an SM walks many kept rows, its CTAs' count times the longest tile's kept rows, while the warp-specialized kernel
-// splits K over the whole GPU: on vector-wise N:M at 64-256 rows (1024 x 1024-8192, bench/results/nm_vw_h200_mid_m.md)
-// it won wherever an SM walked up to 2048 kept rows (up to 45% faster) and lost wherever it walked 4096 or more
-// (13-50% slower; a tile of 4096 kept rows at 64 rows: 12.8 against 9.7 us).
+// this device's SMs hold: three CTAs each on Hopper, fewer where an SM has less shared memory.
+// Nor does it pay where an SM walks many kept rows (its CTAs' count times the longest tile's kept rows), while the
+// warp-specialized kernel splits K over the whole GPU. On vector-wise N:M at 64-256 rows (K 1024-8192, N 1024, an
+// H200, bench/results/nm_vw_h200_mid_m.md) it took 0.52-0.88 of that kernel's time wherever an SM walked up to 2048
+// kept rows, and 1.17-1.61 times as long wherever it walked 4096 or more (a tile of 4096 kept rows at 64 rows: 13.0
+// against 10.1 us).
 constexpr int64_t kMmaGemvMaxRowsPerSm = 3072;
 std::optional<Plan> mma_gemv_plan(const PackedTile& w, const Problem& p) {
   if (p.path != Path::kGemvMma) {
