@@ -636,37 +636,24 @@ int gemv_splits(const PackedTile& w, const Problem& p) {
   return static_cast<int>(std::min<int64_t>(cdiv(2 * p.num_sms, ctas), std::max(1, w.max_tile_k / 256)));
 }
 
-// CTAs of kKernel (kGemvThreads threads, static shared memory only) that one SM holds at once, asked once per
-// process (the devices of a process are assumed alike).
-template <auto kKernel>
+// CTAs of kKernel (kGemvThreads threads, kDynamicSmem bytes of dynamic shared memory) that one SM holds at once, by
+// its registers and shared memory, asked once per process (the devices of a process are assumed alike).
+template <auto kKernel, int kDynamicSmem = 0>
 int resident_ctas_per_sm() {
   static const int ctas = [] {
     int n = 0;
-    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kKernel, kGemvThreads, 0) == cudaSuccess ? std::max(1, n)
-                                                                                                       : 1;
+    const bool asked = (kDynamicSmem == 0 || allow_dynamic_smem<kKernel, kDynamicSmem>() == nullptr) &&
+                       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kKernel, kGemvThreads, kDynamicSmem) ==
+                           cudaSuccess;
+    return asked ? std::max(1, n) : 1;
   }();
   return ctas;
 }
 
-// Shared memory that one SM holds, on the device of the first call (the devices of a process are assumed alike).
-int smem_per_sm() {
-  static const int bytes = [] {
-    int device = 0, n = 0;
-    return cudaGetDevice(&device) == cudaSuccess &&
-                   cudaDeviceGetAttribute(&n, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device) == cudaSuccess
-               ? n
-               : 0;
-  }();
-  return bytes;
-}
-
-// Tensor-core GEMV CTAs with Frags fragments that one SM holds at once: the registers allow kMmaGemvCtasPerSm, which
-// Hopper's shared memory holds too (MmaGemvShape checks it); an SM with less shared memory holds fewer (1 KB reserved
-// per CTA).
-template <int Frags>
+// Tensor-core GEMV CTAs of 32 rows that one SM holds at once: kMmaGemvCtasPerSm on Hopper (MmaGemvShape checks its
+// shared memory), fewer where an SM has less. Both element types take the same registers and shared memory.
 int mma_gemv_ctas_per_sm() {
-  const int by_smem = smem_per_sm() / (MmaGemvShape<Frags>::kSmemBytes + 1024);
-  return std::min(kMmaGemvCtasPerSm, by_smem);
+  return resident_ctas_per_sm<tw_gemv_mma_kernel<__half, 2>, MmaGemvShape<2>::kSmemBytes>();
 }
 
 // Launch configuration of GEMV CTAs over `grid` in clusters of Cluster consecutive CTAs (a tile's slices).
@@ -786,9 +773,9 @@ std::optional<Plan> mma_gemv_plan(const PackedTile& w, const Problem& p) {
     if (p.path != Path::kAuto || p.M > kMmaGemvMaxM) return std::nullopt;
     const int64_t slices = static_cast<int64_t>(w.num_tiles) * (w.granularity / kGemvSliceCols);
     const int blocks = cdiv(p.M, MmaGemvShape<2>::kRows);
-    if (blocks > 1 && slices * blocks > int64_t{mma_gemv_ctas_per_sm<2>()} * p.num_sms) return std::nullopt;
-    const int64_t rows_per_sm = int64_t{cdiv(slices * blocks, p.num_sms)} * w.max_tile_k;
-    if (blocks > 1 && rows_per_sm > kMmaGemvMaxRowsPerSm) return std::nullopt;
+    const int64_t ctas = slices * blocks;
+    if (blocks > 1 && ctas > int64_t{mma_gemv_ctas_per_sm()} * p.num_sms) return std::nullopt;
+    if (blocks > 1 && int64_t{cdiv(ctas, p.num_sms)} * w.max_tile_k > kMmaGemvMaxRowsPerSm) return std::nullopt;
   }
   Plan plan{};
   plan.path = Path::kGemvMma;
