@@ -135,14 +135,15 @@ def run_case(
         "rel_err": relative_error(y, ref),
     }
     xt = x.t().contiguous() if route == "tw" else None
+    view = tw_view(packed) if xt is not None else None
     # The TW route's mid-M choice, checked by forcing each side of it.
     forced: list[str] = []
-    if xt is not None:
-        kernels = gemv_kernels(m_rows) + hopper_kernels(m_rows, tw_view(packed).granularity)
+    if view is not None:
+        kernels = gemv_kernels(m_rows) + hopper_kernels(m_rows, view.granularity)
         forced = [kernel for kernel in kernels if kernel != "wgmma"]
-        row["rel_err_fm"] = relative_error(tw_view(packed).matmul_feature_major(xt).t(), ref)
+        row["rel_err_fm"] = relative_error(view.matmul_feature_major(xt).t(), ref)
         for kernel in forced:
-            row[f"rel_err_{kernel}"] = relative_error(tw_view(packed).matmul_feature_major(xt, kernel=kernel).t(), ref)
+            row[f"rel_err_{kernel}"] = relative_error(view.matmul_feature_major(xt, kernel=kernel).t(), ref)
     sp24 = route_unavailable(x, packed, "sp24") is None
     if sp24:  # the worst of the shape's own tile and each forced one
         errors = [relative_error(sp24_view(packed).matmul(x, tile=tile), ref) for tile in FORCED_TILES]
@@ -160,8 +161,7 @@ def run_case(
     time_into(row, "nm_us", packs)
     time_into(row, "ideal_us", Rotation(lambda w: torch.matmul(x_ideal, w), b_ideal, b_ideal.nbytes, m_rows))
     row.update({"k_ideal": k_ideal, "packed_bytes": packed_bytes, "bytes_bound": 2.0 * k * n / packed_bytes})
-    if xt is not None:
-        view = tw_view(packed)
+    if view is not None:
         rotation = Rotation(lambda v: v.matmul_feature_major(xt), view, view.nbytes(), m_rows)
         time_into(row, "nm_fm_us", rotation)
         for kernel in forced:

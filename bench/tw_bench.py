@@ -246,12 +246,10 @@ def run_case(
     t_fm = time_into(row, "tw_fm_us", packs.sharing(lambda p: p.matmul_feature_major(xt, bias, activation)))
     if m > 16:
         time_into(row, "tw_fm_mma_sync_us", lambda: tw("mma.sync"))
-    t_hopper = {
+    t_forced = {
         kernel: time_into(row, f"tw_fm_{kernel.replace('.', '_')}_us", lambda kernel=kernel: tw(kernel))
-        for kernel in hopper_kernels(m, granularity)
+        for kernel in hopper_kernels(m, granularity) + gemv_kernels(m)
     }
-    for kernel in gemv_kernels(m):
-        time_into(row, f"tw_fm_{kernel.replace('.', '_')}_us", lambda kernel=kernel: tw(kernel))
     t_emul = None
     if gather:
         emul_bytes = packed.num_tiles * packed.max_tile_k * granularity * x.element_size()
@@ -263,8 +261,8 @@ def run_case(
     kept_flops = 2.0 * m * float(mask.sum())
     row.update(
         {
-            "wgmma_of_ideal": t_ideal / t_hopper["wgmma"] if "wgmma" in t_hopper else None,
-            "ws_of_ideal": t_ideal / t_hopper["wgmma.ws"] if "wgmma.ws" in t_hopper else None,
+            "wgmma_of_ideal": t_ideal / t_forced["wgmma"] if "wgmma" in t_forced else None,
+            "ws_of_ideal": t_ideal / t_forced["wgmma.ws"] if "wgmma.ws" in t_forced else None,
             "k_ideal": k_ideal,
             "speedup": t_dense / t_tw,
             "speedup_fm": t_dense / t_fm,
