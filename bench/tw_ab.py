@@ -49,9 +49,11 @@ def parse_case(case: str) -> tuple[str, int, float, int | None]:
     return parsed
 
 
-def time_case(case: str, seed: int, row_major: bool) -> dict[str, Any]:
+def time_case(
+    name: str, granularity: int, sparsity: float, rows: int | None, seed: int, row_major: bool
+) -> dict[str, Any]:
     """The case's error against fp32 and the medians of dense and TW, drawn exactly as tw_bench draws them."""
-    name, granularity, sparsity, rows = parse_case(case)
+    case = f"{name}:{granularity}:{sparsity}" + (f":{rows}" if rows else "")
     m, k, n = SHAPES[name]
     m = rows or m
     gen = case_generator(seed, name, granularity, sparsity)
@@ -113,9 +115,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.command == "time":
         require_kernels("tw_ab")
-        for name, granularity, sparsity, rows in args.cases:
-            case = f"{name}:{granularity}:{sparsity}" + (f":{rows}" if rows else "")
-            line = {"tag": args.tag, **time_case(case, args.seed, args.row_major)}
+        for case in args.cases:
+            line = {"tag": args.tag, **time_case(*case, args.seed, args.row_major)}
             print(json.dumps(line), flush=True)
         return
     lines = [json.loads(text) for path in args.files for text in path.read_text().splitlines() if text.strip()]
