@@ -1,16 +1,19 @@
-"""Whole-model inference on a GPU: VGG16 on 224 x 224 images in cuDNN against its sparse twin, as export.py builds
-it (every prunable weight packed and its module swapped), and against the twin with each layer on whichever of its
-sparse kernel and the masked dense layer ran faster alone (export.py's layer_choice=fastest), one pattern at a time;
-PREFIX_layers holds those per-layer times.
+"""Whole-model inference on a GPU: the dense model against its sparse twin, as export.py builds it (every prunable
+weight packed and its module swapped), and against the twin with each layer on whichever of its sparse kernel and the
+masked dense layer ran faster alone (export.py's layer_choice=fastest), one pattern at a time; PREFIX_layers holds
+those per-layer times.
 
 Run from the repository root on a GPU with the extension built:
     python -m bench.model_bench --out bench/results/model_h200
-The model is the project's VGG16 with its compact head (global pooling, 512 -> 512 -> 1000), so the thirteen
-convolutions carry the work. The weights are its random initialisation, pruned layer by layer by magnitude to the
-pattern's structure (what the kernels see does not depend on how the mask was chosen) and rescaled to the dense
-layer's norm, so that activations keep their scale through fifteen layers in fp16 (unscaled, 90% TW shrinks them
-into fp16's subnormals by the last convolution). Every sparse model's logits are checked against the masked dense
-model in fp32 on the same random images before it is timed.
+    python -m bench.model_bench --model bert --patterns tw --batches 16 --out bench/results/model_h200_bert
+`--model vgg16` (the default) is the project's VGG16 on 224 x 224 images with its compact head (global pooling,
+512 -> 512 -> 1000), so the thirteen convolutions carry the work; `--model bert` is a BERT-base encoder (12 layers,
+hidden 768, FFN 3072) on batches of 256-token sequences, its 72 encoder GEMMs pruned, where the sparse twin also runs
+without its feed-forward chains (`sparsify(..., chain=False)`: FFN in's output back to row-major) for comparison. The weights are the model's random initialisation, pruned layer by layer by magnitude to the pattern's
+structure (what the kernels see does not depend on how the mask was chosen) and rescaled to the dense layer's norm,
+so that activations keep their scale through the layers in fp16 (unscaled, 90% TW shrinks VGG16's into fp16's
+subnormals by the last convolution). Every sparse model's output is checked against the masked dense model in fp32
+on the same random inputs before it is timed.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from __future__ import annotations
 import argparse
 import copy
 import logging
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +32,9 @@ from bench.common import exit_if_any_failed, markdown_table, relative_error, req
 from sparseprune.export.fold import fold_batch_norms
 from sparseprune.export.layer_choice import fastest_twin, time_layers
 from sparseprune.export.packing import pack_layer
+from sparseprune.export.sparse_modules import SparseLinear
 from sparseprune.export.swap import sparsify, swapped_modules
-from sparseprune.gemm_view import find_prunable, from_gemm, to_gemm
+from sparseprune.gemm_view import PrunableWeight, find_prunable, from_gemm, to_gemm
 from sparseprune.models.vgg import build_vgg16, vgg16_dense_layers
 from sparseprune.patterns import build_pattern, keep_mask
 from sparseprune.patterns.base import Pattern
@@ -49,11 +55,14 @@ COLUMNS = [
     ("dense_us", "dense µs"),
     ("sparse_us", "sparse µs"),
     ("speedup", "×dense"),
+    ("unchained_us", "sparse µs, no feed-forward chains"),
+    ("unchained_speedup", "no chains ×dense"),
     ("sparse_layers", "layers faster sparse"),
     ("fastest_us", "fastest choice µs"),
     ("fastest_speedup", "fastest ×dense"),
     ("rel_err", "rel err vs fp32"),
     ("fastest_rel_err", "fastest rel err"),
+    ("unchained_rel_err", "no chains rel err"),
 ]
 LAYER_COLUMNS = [
     ("pattern", "pattern"),
@@ -86,20 +95,33 @@ def pattern_structure(pattern: dict[str, Any]) -> Pattern:
     return build_pattern(pattern["name"], **{k: v for k, v in pattern.items() if k != "name"})
 
 
-def prune_in_place(model: torch.nn.Module, pattern: dict[str, Any], sparsity: float) -> tuple[dict[str, Any], float]:
-    """Masks every prunable weight of `model` to `pattern` at `sparsity` (an N:M pattern fixes its own); returns the
-    packed layers and the sparsity."""
+def prune_in_place(weights: list[PrunableWeight], pattern: dict[str, Any], sparsity: float) -> tuple[dict, float]:
+    """Masks each of `weights` to `pattern` at `sparsity` (an N:M pattern fixes its own), rescaled to the dense
+    weight's norm; returns the packed layers and the sparsity."""
     structure = pattern_structure(pattern)
     target = structure.fixed_sparsity() or sparsity
     packed = {}
-    for weight in find_prunable(model, vgg16_dense_layers(model)):
+    for weight in weights:
         b = to_gemm(weight.param.detach()).float()
         codes = structure.keep_codes({weight.name: b.abs().cpu()}, target)[weight.name]
         masked = b * keep_mask(codes).to(b.device)
-        masked *= b.norm() / masked.norm().clamp_min(1e-30)  # keeps activations at scale through 15 layers in fp16
+        masked *= b.norm() / masked.norm().clamp_min(1e-30)  # keeps activations at scale through the layers in fp16
         weight.param.data.copy_(from_gemm(masked, weight.param.shape))
         packed[weight.name] = pack_layer(masked.cpu(), codes, pattern)
     return packed, target
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A model the benchmark times: how to build it, which weights it prunes, and a random input of a batch."""
+
+    build: Callable[[bool], torch.nn.Module]  # fold batch norms?
+    prunable: Callable[[torch.nn.Module], list[PrunableWeight]]
+    make_input: Callable[[int], torch.Tensor]  # batch -> input on the GPU (images in fp32, token ids)
+
+    def forward(self, model: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+        out = model(x)
+        return out.last_hidden_state if hasattr(out, "last_hidden_state") else out
 
 
 def vgg16(fold: bool) -> torch.nn.Module:
@@ -111,38 +133,74 @@ def vgg16(fold: bool) -> torch.nn.Module:
     return model
 
 
+BERT_TOKENS = 256  # per sequence; 16 sequences make BERT-base's GEMMs the TW benchmark's M = 4096
+
+
+def bert_base(_fold: bool) -> torch.nn.Module:
+    """A BERT-base encoder (transformers' default BertConfig) in eval mode, random weights, no pooler."""
+    from transformers import BertConfig, BertModel
+
+    torch.manual_seed(0)
+    return BertModel(BertConfig(), add_pooling_layer=False).eval()
+
+
+WORKLOADS = {
+    "vgg16": Workload(
+        vgg16,
+        lambda model: find_prunable(model, vgg16_dense_layers(model)),
+        lambda batch: torch.randn(batch, 3, 224, 224, device="cuda"),
+    ),
+    "bert": Workload(
+        bert_base,
+        lambda model: find_prunable(model, ("*embeddings*",)),
+        lambda batch: torch.randint(0, 30522, (batch, BERT_TOKENS), device="cuda"),
+    ),
+}
+
+
 def time_ms(fn: Any) -> float:
     return time_cuda(fn).median_us / 1e3
 
 
 def run_case(
-    name: str, sparsity: float, batches: list[int], dense_times: dict[int, float], fold: bool
+    workload: Workload, name: str, sparsity: float, batches: list[int], dense_times: dict[int, float], fold: bool
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(whole-model rows, per-layer rows) of one pattern at one sparsity, for each batch size."""
-    model = vgg16(fold)
-    packed, target = prune_in_place(model, PATTERNS[name], sparsity)
+    model = workload.build(fold)
+    weights = workload.prunable(model)
+    packed, target = prune_in_place(weights, PATTERNS[name], sparsity)
     masked32 = model.cuda()
     masked16 = copy.deepcopy(masked32).half()
-    weights = find_prunable(model, vgg16_dense_layers(model))
     sparse = sparsify(model, weights, packed).cuda().half()
+    unchained = sparsify(model, weights, packed, chain=False).cuda().half()
+    chained = any(m.feature_major_out for m in sparse.modules() if isinstance(m, SparseLinear))
     rows, layer_rows = [], []
     for batch in batches:
-        x = torch.randn(batch, 3, 224, 224, device="cuda")
-        xh = x.half()
-        layers = time_layers(masked16, sparse, swapped_modules(weights, packed), lambda xh=xh: sparse(xh), time_ms)
+        x = workload.make_input(batch)
+        xh = x.half() if x.is_floating_point() else x
+
+        def run(net: torch.nn.Module, xh: torch.Tensor = xh) -> torch.Tensor:
+            return workload.forward(net, xh)
+
+        layers = time_layers(masked16, sparse, swapped_modules(weights, packed), lambda: run(sparse), time_ms)
         fastest, kept_dense = fastest_twin(sparse, masked16, layers)
         with torch.inference_mode():
-            ref = masked32(x)
-            err, fastest_err = relative_error(sparse(xh), ref), relative_error(fastest(xh), ref)
-            t_sparse = time_cuda(lambda xh=xh: sparse(xh)).median_us
-            t_fastest = time_cuda(lambda xh=xh, net=fastest: net(xh)).median_us
+            ref = workload.forward(masked32, x)
+            err, fastest_err = relative_error(run(sparse), ref), relative_error(run(fastest), ref)
+            t_sparse = time_cuda(lambda: run(sparse)).median_us
+            t_fastest = time_cuda(lambda net=fastest: run(net)).median_us
+            unchained_err = relative_error(run(unchained), ref) if chained else None
+            t_unchained = time_cuda(lambda: run(unchained)).median_us if chained else None
         case = {"pattern": name, "sparsity": target, "batch": batch, "batch_norms": "folded" if fold else "kept"}
         rows.append({**case, "dense_us": dense_times[batch], "sparse_us": t_sparse,
                      "speedup": dense_times[batch] / t_sparse, "rel_err": err,
+                     "unchained_us": t_unchained,
+                     "unchained_speedup": None if t_unchained is None else dense_times[batch] / t_unchained,
+                     "unchained_rel_err": unchained_err,
                      "sparse_layers": f"{len(layers) - len(kept_dense)} of {len(layers)}",
                      "fastest_us": t_fastest, "fastest_speedup": dense_times[batch] / t_fastest,
                      "fastest_rel_err": fastest_err,
-                     "passed": max(err, fastest_err) <= TOLERANCE})  # fmt: skip
+                     "passed": max(err, fastest_err, unchained_err or 0.0) <= TOLERANCE})  # fmt: skip
         layer_rows += [{**case, "layer": layer, "input": " × ".join(map(str, t.input_shape)),
                         "dense_us": 1e3 * t.dense_ms, "sparse_us": 1e3 * t.sparse_ms, "speedup": t.speedup}
                        for layer, t in layers.items()]  # fmt: skip
@@ -152,18 +210,20 @@ def run_case(
     return rows, layer_rows
 
 
-def dense_times(batches: list[int], fold: bool) -> dict[int, float]:
-    model = vgg16(fold).cuda().half()
+def dense_times(workload: Workload, batches: list[int], fold: bool) -> dict[int, float]:
+    model = workload.build(fold).cuda().half()
     times = {}
     for batch in batches:
-        x = torch.randn(batch, 3, 224, 224, device="cuda", dtype=torch.float16)
+        x = workload.make_input(batch)
+        x = x.half() if x.is_floating_point() else x
         with torch.inference_mode():
-            times[batch] = time_cuda(lambda x=x: model(x)).median_us
+            times[batch] = time_cuda(lambda x=x: workload.forward(model, x)).median_us
     return times
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="vgg16", choices=list(WORKLOADS))
     parser.add_argument("--patterns", nargs="*", default=list(PATTERNS), choices=list(PATTERNS))
     parser.add_argument("--sparsities", nargs="*", type=float, default=[0.75, 0.9], help="for patterns without N:M")
     parser.add_argument("--batches", nargs="*", type=int, default=[1, 8])
@@ -174,13 +234,14 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     require_kernels("model_bench")
     torch.backends.cudnn.benchmark = True
-    dense = dense_times(args.batches, fold)
+    workload = WORKLOADS[args.model]
+    dense = dense_times(workload, args.batches, fold)
     rows: list[dict[str, Any]] = []
     layer_rows: list[dict[str, Any]] = []
     for name in args.patterns:
         fixed = pattern_structure(PATTERNS[name]).fixed_sparsity() is not None
         for sparsity in args.sparsities[:1] if fixed else args.sparsities:
-            case_rows, case_layers = run_case(name, sparsity, args.batches, dense, fold)
+            case_rows, case_layers = run_case(workload, name, sparsity, args.batches, dense, fold)
             rows, layer_rows = rows + case_rows, layer_rows + case_layers
             if args.out:
                 write_results(args.out, rows, COLUMNS, [LEGEND])

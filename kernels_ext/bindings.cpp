@@ -76,8 +76,9 @@ int sm_count(int device) {
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-// y = act(x @ B + bias) for the packed TW weight B (K x N). x is (M, K) row-major, or (K, M) when
-// feature_major (then y is (N, M) too, so consecutive sparse layers need no transpose). `path` forces the
+// y = act(x @ B + bias) for the packed TW weight B (K x N). x is (M, K) row-major, or (K, M) when x_feature_major;
+// y is (M, N), or (N, M) when y_feature_major, so a sparse layer that feeds another (through an activation at most)
+// hands it a feature-major y and neither pays a transpose. `path` forces the
 // tensor-core kernel family for M > 16 (0 auto, 1 mma.sync, 2 wgmma, 3 warp-specialized wgmma, 5 the tensor-core
 // GEMV); tests and benchmarks compare them.
 at::Tensor tw_matmul(const at::Tensor& x, const at::Tensor& values, const at::Tensor& rows,
@@ -85,19 +86,21 @@ at::Tensor tw_matmul(const at::Tensor& x, const at::Tensor& values, const at::Te
                      const at::Tensor& pruned_cols, const std::optional<at::Tensor>& bias,
                      const std::optional<at::Tensor>& res_ptr, const std::optional<at::Tensor>& res_rows,
                      const std::optional<at::Tensor>& res_vals, int64_t K, int64_t N, int64_t granularity,
-                     int64_t max_tile_k, int64_t activation, bool feature_major, int64_t path) {
+                     int64_t max_tile_k, int64_t activation, bool x_feature_major, bool y_feature_major,
+                     int64_t path) {
   check_activations(x);
   const at::Device device = x.device();
   const auto dtype = x.scalar_type();
-  const int64_t M = feature_major ? x.size(1) : x.size(0);
-  TORCH_CHECK((feature_major ? x.size(0) : x.size(1)) == K, "x has K = ", num(feature_major ? x.size(0) : x.size(1)),
+  const int64_t M = x_feature_major ? x.size(1) : x.size(0);
+  TORCH_CHECK((x_feature_major ? x.size(0) : x.size(1)) == K, "x has K = ",
+              num(x_feature_major ? x.size(0) : x.size(1)),
               " but the packed weight has K = ", num(K));
   TORCH_CHECK(K % 8 == 0 && N % 8 == 0, "K and N must be multiples of 8, got K = ", num(K), ", N = ", num(N));
   TORCH_CHECK(granularity == 32 || granularity == 64 || granularity == 128, "granularity must be 32, 64 or 128");
   check_activation_code(activation);
   TORCH_CHECK(path >= 0 && path <= 5 && path != 4,
               "path must be 0 (auto), 1 (mma.sync), 2 (wgmma), 3 (wgmma.ws) or 5 (gemv.mma)");
-  TORCH_CHECK(!feature_major || M % 8 == 0 || M <= tw::kSmallM,
+  TORCH_CHECK(!x_feature_major || M % 8 == 0 || M <= tw::kSmallM,
               "feature-major x needs M a multiple of 8 (16-byte rows), got M = ", num(M));
   TORCH_CHECK(aligned16(x.data_ptr()), "x must be 16-byte aligned");
 
@@ -131,7 +134,7 @@ at::Tensor tw_matmul(const at::Tensor& x, const at::Tensor& values, const at::Te
   const c10::cuda::CUDAGuard guard(device);
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device.index()).stream();
   auto opts = x.options();
-  at::Tensor y = feature_major ? at::empty({N, M}, opts) : at::empty({M, N}, opts);
+  at::Tensor y = y_feature_major ? at::empty({N, M}, opts) : at::empty({M, N}, opts);
   if (M == 0) return y;
 
   tw::PackedTile w{};
@@ -161,24 +164,25 @@ at::Tensor tw_matmul(const at::Tensor& x, const at::Tensor& values, const at::Te
   p.num_sms = sm_count(device.index());
   p.stream = stream;
   p.path = static_cast<tw::Path>(path);
-  p.sym = feature_major ? 1 : N;
-  p.syn = feature_major ? M : 1;
-  p.y_vec16 = aligned16(p.y) && (feature_major ? M % 8 == 0 : N % 8 == 0);
+  p.sym = y_feature_major ? 1 : N;
+  p.syn = y_feature_major ? M : 1;
+  p.y_vec16 = aligned16(p.y) && (y_feature_major ? M % 8 == 0 : N % 8 == 0);
 
   // The tensor-core kernels (M above kGemvMaxM) run on a feature-major x, so a row-major x is transposed here. For
   // the GEMM kernels with pruned columns the result comes back through a transpose too: they write a feature-major y
   // as whole 128-byte column runs, while a row-major y's kept columns are scattered over each row, so its stores
   // would be a few bytes per sector (the GEMVs' few rows are written directly). A weight that keeps every column
   // (vector-wise N:M: each tile owns G adjacent columns) writes whole 16-byte runs of a row-major y directly.
-  // Callers that keep activations feature-major pass feature_major=true and skip both.
+  // Callers that keep activations feature-major skip both.
   at::Tensor xt, yt;
-  const bool transposes_x = !feature_major && M > tw::kGemvMaxM;
-  const bool transposes_y = transposes_x && pruned_cols.numel() > 0 && !tw::runs_gemv(w, p);
+  const bool transposes_x = !x_feature_major && M > tw::kGemvMaxM;
+  const bool transposes_y =
+      !y_feature_major && M > tw::kGemvMaxM && pruned_cols.numel() > 0 && !tw::runs_gemv(w, p);
   const int64_t ldt = (M + 7) / 8 * 8;
   if (!transposes_x) {
     p.x = x.data_ptr();
-    p.sxm = feature_major ? 1 : K;
-    p.sxk = feature_major ? M : 1;
+    p.sxm = x_feature_major ? 1 : K;
+    p.sxk = x_feature_major ? M : 1;
   } else {
     xt = at::empty({K, ldt}, opts);
     p.x = xt.data_ptr();
@@ -461,7 +465,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         pybind11::arg("cols"), pybind11::arg("col_pos"), pybind11::arg("pruned_cols"), pybind11::arg("bias"),
         pybind11::arg("res_ptr"), pybind11::arg("res_rows"), pybind11::arg("res_vals"), pybind11::arg("K"),
         pybind11::arg("N"), pybind11::arg("granularity"), pybind11::arg("max_tile_k"),
-        pybind11::arg("activation"), pybind11::arg("feature_major"), pybind11::arg("path") = 0);
+        pybind11::arg("activation"), pybind11::arg("x_feature_major"),
+        pybind11::arg("y_feature_major"), pybind11::arg("path") = 0);
   m.def("nm_matmul", &nm_matmul, "N:M sparse GEMM on CUDA cores: act(x @ B + bias) from the packed N:M layout",
         pybind11::arg("x"), pybind11::arg("values"), pybind11::arg("idx"), pybind11::arg("bias"), pybind11::arg("K"),
         pybind11::arg("N"), pybind11::arg("m"), pybind11::arg("kept"), pybind11::arg("vector"),

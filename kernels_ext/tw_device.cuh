@@ -39,9 +39,22 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
   return word;
 }
 
+// GELU, 0.5 v (1 + erf(v / sqrt 2)), with erf from Abramowitz & Stegun 7.1.26 (absolute error under 1.5e-7, an fp32
+// ulp of 1) on the fast exponential and division, branch-free. Against erff it took a fused GELU epilogue on an H200
+// (BERT FFN in, 4096 x 768 -> 3072 at 75% TW, x row-major, y feature-major) from 51 to 49 us; the same call without
+// an activation takes 24, so the epilogue's other costs dominate (sparseprune/export/chains.py leaves GELU to torch).
+__device__ __forceinline__ float gelu(float v) {
+  const float z = fabsf(v) * 0.70710678118654752f;
+  const float t = __fdividef(1.0f, fmaf(0.3275911f, z, 1.0f));
+  const float poly =
+      t * fmaf(t, fmaf(t, fmaf(t, fmaf(t, 1.061405429f, -1.453152027f), 1.421413741f), -0.284496736f), 0.254829592f);
+  const float erf_abs = 1.0f - poly * __expf(-z * z);
+  return 0.5f * v * (1.0f + copysignf(erf_abs, v));
+}
+
 __device__ __forceinline__ float activate(float v, Activation act) {
   if (act == Activation::kRelu) return fmaxf(v, 0.0f);
-  if (act == Activation::kGelu) return 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
+  if (act == Activation::kGelu) return gelu(v);
   return v;
 }
 

@@ -13,10 +13,12 @@ from sparseprune.export.formats.tw import KERNEL_DTYPES, PackedTW
 
 
 class SparseLinear(nn.Module):
-    """y = x @ B + bias for x (..., K), B packed.
+    """y = act(x @ B + bias) for x (..., K), B packed.
 
     The packed arrays are buffers, so `.to()`, `.cuda()` and `.half()` move and cast them like any module
-    state (floating values only; indices keep their integer type).
+    state (floating values only; indices keep their integer type). With `feature_major_out` y keeps the kernel's
+    feature-major storage, which a following sparse layer reads without a transpose (`sparseprune.export.chains`
+    sets it where one layer feeds another).
     """
 
     def __init__(self, packed: PackedWeight, bias: torch.Tensor | None) -> None:
@@ -27,16 +29,27 @@ class SparseLinear(nn.Module):
         for name, tensor in packed.tensors().items():
             self.register_buffer(f"packed_{name}", tensor)
         self.register_buffer("bias", None if bias is None else bias.detach().clone())
+        self.feature_major_out = False
 
     @property
     def packed(self) -> PackedWeight:
         tensors = {name: getattr(self, f"packed_{name}") for name in self.packed_names}
         return self.packed_type.from_tensors(tensors, self.packed_metadata)
 
+    @staticmethod
+    def _feature_major_weight(packed: PackedWeight, x: torch.Tensor, rows: int) -> PackedTW | None:
+        """The TW weight that computes this call feature-major: TW itself, the TW twin of an N:M weight where auto
+        takes the TW kernels for these rows, else None (the format reads rows)."""
+        if isinstance(packed, PackedTW):
+            return packed
+        return packed.feature_major_twin(x, rows) if isinstance(packed, PackedNM) else None
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        rows = x.reshape(-1, x.shape[-1])
-        y = self.packed.matmul(rows, self.bias)
-        return y.reshape(*x.shape[:-1], y.shape[-1])
+        packed = self.packed
+        weight = self._feature_major_weight(packed, x, x.numel() // max(x.shape[-1], 1))
+        if weight is not None:
+            return weight.matmul(x, self.bias, feature_major_out=self.feature_major_out)
+        return packed.matmul(x, self.bias)
 
 
 def conv_output_size(
@@ -101,13 +114,6 @@ class SparseConv2d(SparseLinear):
             raise ValueError(f"only explicit zero padding has an im2col view here, got padding={conv.padding!r}, "
                              f"padding_mode={conv.padding_mode!r}")  # fmt: skip
         self.geometry = (conv.kernel_size, conv.dilation, conv.padding, conv.stride)
-
-    def _feature_major_weight(self, packed: PackedWeight, x: torch.Tensor, rows: int) -> PackedTW | None:
-        """The TW weight that computes this call feature-major: TW itself, the TW twin of an N:M weight where auto
-        takes the TW kernels for these rows, else None (the format reads rows)."""
-        if isinstance(packed, PackedTW):
-            return packed
-        return packed.feature_major_twin(x, rows) if isinstance(packed, PackedNM) else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         batch = x.shape[0]

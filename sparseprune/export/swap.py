@@ -8,6 +8,7 @@ from collections.abc import Iterable, Mapping
 
 from torch import nn
 
+from sparseprune.export.chains import chain_feed_forward
 from sparseprune.export.formats.base import PackedWeight
 from sparseprune.export.sparse_modules import SparseConv2d, SparseLinear, StorageOrderMaxPool2d
 from sparseprune.gemm_view import PrunableWeight
@@ -31,9 +32,13 @@ def swapped_modules(weights: list[PrunableWeight], packed: Mapping[str, PackedWe
     return {w.name.removesuffix(".weight"): w.name for w in weights if w.name in packed and w.param_name == "weight"}
 
 
-def sparsify(model: nn.Module, weights: list[PrunableWeight], packed: Mapping[str, PackedWeight]) -> nn.Module:
-    """A deep copy of `model` with each Linear/Conv2d whose weight is in `packed` swapped for its sparse twin and each
-    MaxPool2d for a StorageOrderMaxPool2d (same values for any input)."""
+def sparsify(
+    model: nn.Module, weights: list[PrunableWeight], packed: Mapping[str, PackedWeight], chain: bool = True
+) -> nn.Module:
+    """A deep copy of `model` with each Linear/Conv2d whose weight is in `packed` swapped for its sparse twin, each
+    MaxPool2d for a StorageOrderMaxPool2d (same values for any input), and with `chain` each sparse feed-forward
+    layer that feeds another through an activation left feature-major (`chain_feed_forward`; off only to measure
+    what that saves)."""
     sparse = copy.deepcopy(model)
     for module_name, weight_name in swapped_modules(weights, packed).items():
         _replace(sparse, module_name, _sparse_module(sparse.get_submodule(module_name), packed[weight_name]))
@@ -42,6 +47,8 @@ def sparsify(model: nn.Module, weights: list[PrunableWeight], packed: Mapping[st
             pool = StorageOrderMaxPool2d(module.kernel_size, module.stride, module.padding, module.dilation,
                                          module.return_indices, module.ceil_mode)  # fmt: skip
             _replace(sparse, module_name, pool)
+    if chain:
+        chain_feed_forward(sparse)
     return sparse
 
 

@@ -104,14 +104,30 @@ class PackedTW:
             moved[name] = tensor.to(device=device, dtype=dtype if is_value and dtype is not None else None)
         return replace(self, **moved)
 
-    def matmul(self, x: torch.Tensor, bias: torch.Tensor | None = None, activation: str | None = None) -> torch.Tensor:
-        """y = act(x @ B + bias) for x (..., K) row-major; the CUDA kernel for fp16/bf16 CUDA inputs."""
+    def matmul(
+        self,
+        x: torch.Tensor,
+        bias: torch.Tensor | None = None,
+        activation: str | None = None,
+        feature_major_out: bool = False,
+    ) -> torch.Tensor:
+        """y = act(x @ B + bias) for x (..., K); the CUDA kernel for fp16/bf16 CUDA inputs.
+
+        x may be stored row-major or feature-major (the (..., K) view of a K-major tensor, as `feature_major_out`
+        returns y): the kernels read either without a copy. With `feature_major_out` y (..., N) is that view of a
+        contiguous (N, rows) tensor, which the next sparse layer reads without a transpose; elementwise torch ops
+        between the two (an activation, dropout) keep that storage.
+        """
         k, n = self.shape
         if x.shape[-1] != k:
             raise UserError(f"x has {x.shape[-1]} features but the packed TW weight expects K = {k}")
         lead = x.shape[:-1]
-        y = self._run(x.reshape(-1, k), bias, activation, feature_major=False)
-        return y.reshape(*lead, n)
+        rows = x.reshape(-1, k)
+        if stored_feature_major(rows):
+            y = self._run_padded(rows.t(), bias, activation, True, feature_major_out, "auto")
+        else:
+            y = self._run(rows, bias, activation, False, feature_major_out)
+        return (y.t() if feature_major_out else y).reshape(*lead, n)
 
     def matmul_feature_major(
         self,
@@ -127,20 +143,36 @@ class PackedTW:
         """
         if xt.dim() != 2 or xt.shape[0] != self.shape[0]:
             raise UserError(f"feature-major x must be (K={self.shape[0]}, M), got {tuple(xt.shape)}")
+        return self._run_padded(xt, bias, activation, True, True, kernel)
+
+    def _run_padded(
+        self,
+        xt: torch.Tensor,
+        bias: torch.Tensor | None,
+        activation: str | None,
+        x_feature_major: bool,
+        y_feature_major: bool,
+        kernel: str,
+    ) -> torch.Tensor:
+        """_run on a feature-major xT (K, M), padding an M the kernels cannot read that way (above SMALL_M and not a
+        multiple of 8) with zero columns; y then is a view of the first M outputs."""
         m = xt.shape[1]
         if xt.is_cuda and m > SMALL_M and m % FEATURE_MAJOR_M_ALIGN:
-            padded = torch.nn.functional.pad(xt, (0, -m % FEATURE_MAJOR_M_ALIGN))
-            return self._run(padded, bias, activation, feature_major=True, kernel=kernel)[:, :m]
-        return self._run(xt, bias, activation, feature_major=True, kernel=kernel)
+            padded = F.pad(xt, (0, -m % FEATURE_MAJOR_M_ALIGN))
+            y = self._run(padded, bias, activation, x_feature_major, y_feature_major, kernel)
+            return y[:, :m] if y_feature_major else y[:m]
+        return self._run(xt, bias, activation, x_feature_major, y_feature_major, kernel)
 
     def _run(
         self,
         x: torch.Tensor,
         bias: torch.Tensor | None,
         activation: str | None,
-        feature_major: bool,
+        x_feature_major: bool,
+        y_feature_major: bool,
         kernel: str = "auto",
     ) -> torch.Tensor:
+        """The call on x (M, K), or xT (K, M) when x_feature_major; y (M, N), or yT (N, M) when y_feature_major."""
         if kernel not in KERNELS:
             raise UserError(f"kernel must be one of {sorted(KERNELS)}, got {kernel!r}")
         if activation not in ACTIVATIONS:
@@ -149,9 +181,8 @@ class PackedTW:
             raise UserError(f"bias has {bias.numel()} entries, expected N = {self.shape[1]}")
         kernels = load_kernels()
         if kernels is None or not x.is_cuda or x.dtype not in KERNEL_DTYPES:
-            if feature_major:
-                return tw_matmul_reference(x.t(), self, bias, activation).t().contiguous()
-            return tw_matmul_reference(x, self, bias, activation)
+            y = tw_matmul_reference(x.t() if x_feature_major else x, self, bias, activation)
+            return y.t().contiguous() if y_feature_major else y
         k, n = self.shape
         return kernels.tw_matmul(
             x.contiguous(),
@@ -170,9 +201,15 @@ class PackedTW:
             self.granularity,
             self.max_tile_k,
             ACTIVATIONS[activation],
-            feature_major,
+            x_feature_major,
+            y_feature_major,
             KERNELS[kernel],
         )
+
+
+def stored_feature_major(x: torch.Tensor) -> bool:
+    """Whether the (M, K) matrix x is the transposed view of a contiguous (K, M) tensor (and not also contiguous)."""
+    return x.dim() == 2 and not x.is_contiguous() and x.t().is_contiguous()
 
 
 def tw_matmul(
@@ -187,7 +224,7 @@ def tw_matmul(
     k, n = packed.shape
     if x.shape[-1] != k:
         raise UserError(f"x has {x.shape[-1]} features but the packed TW weight expects K = {k}")
-    y = packed._run(x.reshape(-1, k), bias, activation, feature_major=False, kernel=kernel)
+    y = packed._run(x.reshape(-1, k), bias, activation, False, False, kernel)
     return y.reshape(*x.shape[:-1], n)
 
 
