@@ -9,11 +9,12 @@ Run from the repository root on a GPU with the extension built:
 `--model vgg16` (the default) is the project's VGG16 on 224 x 224 images with its compact head (global pooling,
 512 -> 512 -> 1000), so the thirteen convolutions carry the work; `--model bert` is a BERT-base encoder (12 layers,
 hidden 768, FFN 3072) on batches of 256-token sequences, its 72 encoder GEMMs pruned, where the sparse twin also runs
-without its feed-forward chains (`sparsify(..., chain=False)`: FFN in's output back to row-major) for comparison. The weights are the model's random initialisation, pruned layer by layer by magnitude to the pattern's
-structure (what the kernels see does not depend on how the mask was chosen) and rescaled to the dense layer's norm,
-so that activations keep their scale through the layers in fp16 (unscaled, 90% TW shrinks VGG16's into fp16's
-subnormals by the last convolution). Every sparse model's output is checked against the masked dense model in fp32
-on the same random inputs before it is timed.
+without its feed-forward chains (`sparsify(..., chain=False)`: FFN in's output back to row-major) for comparison.
+The weights are the model's random initialisation, pruned layer by layer by magnitude to the pattern's structure
+(what the kernels see does not depend on how the mask was chosen) and rescaled to the dense layer's norm, so that
+activations keep their scale through the layers in fp16 (unscaled, 90% TW shrinks VGG16's into fp16's subnormals by
+the last convolution). Every sparse model's output is checked against the masked dense model in fp32 on the same
+random inputs before it is timed.
 """
 
 from __future__ import annotations
