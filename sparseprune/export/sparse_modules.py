@@ -13,7 +13,7 @@ from sparseprune.export.formats.tw import KERNEL_DTYPES, PackedTW
 
 
 class SparseLinear(nn.Module):
-    """y = act(x @ B + bias) for x (..., K), B packed.
+    """y = x @ B + bias for x (..., K), B packed.
 
     The packed arrays are buffers, so `.to()`, `.cuda()` and `.half()` move and cast them like any module
     state (floating values only; indices keep their integer type). With `feature_major_out` y keeps the kernel's

@@ -110,8 +110,10 @@ class PackedTW:
         bias: torch.Tensor | None = None,
         activation: str | None = None,
         feature_major_out: bool = False,
+        kernel: str = "auto",
     ) -> torch.Tensor:
-        """y = act(x @ B + bias) for x (..., K); the CUDA kernel for fp16/bf16 CUDA inputs.
+        """y = act(x @ B + bias) for x (..., K); the CUDA kernel for fp16/bf16 CUDA inputs (`kernel` forces the
+        tensor-core family, see KERNELS; the reference ignores it).
 
         x may be stored row-major or feature-major (the (..., K) view of a K-major tensor, as `feature_major_out`
         returns y): the kernels read either without a copy. With `feature_major_out` y (..., N) is that view of a
@@ -124,9 +126,9 @@ class PackedTW:
         lead = x.shape[:-1]
         rows = x.reshape(-1, k)
         if stored_feature_major(rows):
-            y = self._run_padded(rows.t(), bias, activation, True, feature_major_out, "auto")
+            y = self._run_feature_major(rows.t(), bias, activation, feature_major_out, kernel)
         else:
-            y = self._run(rows, bias, activation, False, feature_major_out)
+            y = self._run(rows, bias, activation, False, feature_major_out, kernel)
         return (y.t() if feature_major_out else y).reshape(*lead, n)
 
     def matmul_feature_major(
@@ -143,14 +145,13 @@ class PackedTW:
         """
         if xt.dim() != 2 or xt.shape[0] != self.shape[0]:
             raise UserError(f"feature-major x must be (K={self.shape[0]}, M), got {tuple(xt.shape)}")
-        return self._run_padded(xt, bias, activation, True, True, kernel)
+        return self._run_feature_major(xt, bias, activation, True, kernel)
 
-    def _run_padded(
+    def _run_feature_major(
         self,
         xt: torch.Tensor,
         bias: torch.Tensor | None,
         activation: str | None,
-        x_feature_major: bool,
         y_feature_major: bool,
         kernel: str,
     ) -> torch.Tensor:
@@ -159,9 +160,9 @@ class PackedTW:
         m = xt.shape[1]
         if xt.is_cuda and m > SMALL_M and m % FEATURE_MAJOR_M_ALIGN:
             padded = F.pad(xt, (0, -m % FEATURE_MAJOR_M_ALIGN))
-            y = self._run(padded, bias, activation, x_feature_major, y_feature_major, kernel)
+            y = self._run(padded, bias, activation, True, y_feature_major, kernel)
             return y[:, :m] if y_feature_major else y[:m]
-        return self._run(xt, bias, activation, x_feature_major, y_feature_major, kernel)
+        return self._run(xt, bias, activation, True, y_feature_major, kernel)
 
     def _run(
         self,
@@ -219,13 +220,8 @@ def tw_matmul(
     activation: str | None = None,
     kernel: str = "auto",
 ) -> torch.Tensor:
-    """y = act(x @ B + bias) for the packed TW weight B; x is (..., K) row-major. `kernel` forces the
-    tensor-core family on CUDA (see KERNELS; the reference ignores it)."""
-    k, n = packed.shape
-    if x.shape[-1] != k:
-        raise UserError(f"x has {x.shape[-1]} features but the packed TW weight expects K = {k}")
-    y = packed._run(x.reshape(-1, k), bias, activation, False, False, kernel)
-    return y.reshape(*x.shape[:-1], n)
+    """y = act(x @ B + bias) for the packed TW weight B and x (..., K), y row-major: `PackedTW.matmul`."""
+    return packed.matmul(x, bias, activation, kernel=kernel)
 
 
 def tw_matmul_reference(
