@@ -119,10 +119,7 @@ class Workload:
     build: Callable[[bool], torch.nn.Module]  # fold batch norms?
     prunable: Callable[[torch.nn.Module], list[PrunableWeight]]
     make_input: Callable[[int], torch.Tensor]  # batch -> input on the GPU (images in fp32, token ids)
-
-    def forward(self, model: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
-        out = model(x)
-        return out.last_hidden_state if hasattr(out, "last_hidden_state") else out
+    forward: Callable[[torch.nn.Module, torch.Tensor], torch.Tensor] = torch.nn.Module.__call__
 
 
 def vgg16(fold: bool) -> torch.nn.Module:
@@ -145,6 +142,16 @@ def bert_base(_fold: bool) -> torch.nn.Module:
     return BertModel(BertConfig(), add_pooling_layer=False).eval()
 
 
+def bert_encoder_output(model: torch.nn.Module, token_ids: torch.Tensor) -> torch.Tensor:
+    """The encoder's last hidden state for unpadded sequences, with no attention mask built.
+
+    BertModel builds its mask from the input each call, and drops it for unpadded input only where it may look at the
+    tokens: inside a CUDA-graph capture it keeps the mask, and sdpa then leaves its fused attention kernels for the
+    math path in fp32 (on an H200 that took BERT-base at 16 x 256 tokens from 1.95 ms of kernels to 6.5 ms).
+    """
+    return model.encoder(model.embeddings(input_ids=token_ids)).last_hidden_state
+
+
 WORKLOADS = {
     "vgg16": Workload(
         vgg16,
@@ -155,6 +162,7 @@ WORKLOADS = {
         bert_base,
         lambda model: find_prunable(model, ("*embeddings*",)),
         lambda batch: torch.randint(0, 30522, (batch, BERT_TOKENS), device="cuda"),
+        bert_encoder_output,
     ),
 }
 
