@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import copy
 import logging
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,6 +57,7 @@ COLUMNS = [
     ("dense_us", "dense µs"),
     ("sparse_us", "sparse µs"),
     ("speedup", "×dense"),
+    ("masked_us", "masked dense µs"),
     ("unchained_us", "sparse µs, no feed-forward chains"),
     ("unchained_speedup", "no chains ×dense"),
     ("sparse_layers", "layers faster sparse"),
@@ -76,13 +78,17 @@ LAYER_COLUMNS = [
     ("speedup", "×dense"),
 ]
 LEGEND = (
-    "Whole-model forward, fp16, eval mode, medians of CUDA-graph replays, batch norms folded into the convolutions in "
-    "both models as export.py folds them (unless 'kept'); 'dense' is the same model in cuDNN and "
-    "cuBLAS with the unpruned weights; 'sparse' is the model with every prunable layer (all but the first "
-    "convolution and the last Linear) swapped for its packed module; 'fastest choice' keeps the masked dense layer "
-    "wherever it ran faster than the sparse one, each timed alone on the input it gets inside the model (as "
-    "export.py's layer_choice=fastest does; the per-layer times are in the _layers file), and 'layers faster sparse' "
-    "counts the layers that stay sparse; 'rel err' compares the logits with the masked dense model run in fp32."
+    "Whole-model forward, fp16, eval mode, medians of CUDA-graph replays over rounds that time the dense model and "
+    "each twin in turn, batch norms folded into the convolutions in both models as export.py folds them (unless "
+    "'kept'); 'dense' is the same model in cuDNN and cuBLAS with the unpruned weights; 'sparse' is the model with "
+    "every prunable layer (VGG16: all but the first convolution and the last Linear; BERT-base: the 72 encoder GEMMs, "
+    "the model run as embeddings + encoder with no attention mask built) swapped for its packed module; 'masked "
+    "dense' is the dense model with the pruned weights zeroed (cuBLAS on zeros draws less power and can run faster); "
+    "'fastest "
+    "choice' keeps the masked dense layer wherever it ran faster than the sparse one, each timed alone on the input "
+    "it gets inside the model (as export.py's layer_choice=fastest does; the per-layer times are in the _layers "
+    "file), and 'layers faster sparse' counts the layers that stay sparse; 'rel err' compares the output with the "
+    "masked dense model run in fp32."
 )
 LAYER_LEGEND = (
     "Each swapped layer of the whole-model run alone, on the input it gets inside the sparse model (one call, "
@@ -171,10 +177,28 @@ def time_ms(fn: Any) -> float:
     return time_cuda(fn).median_us / 1e3
 
 
+def time_in_rounds(calls: dict[str, Callable[[], object]], rounds: int) -> dict[str, float]:
+    """Median µs of each call over `rounds` rounds that time every call in turn. A GPU's speed drifts over a run
+    (dense BERT-base at one sequence moved from 621 to 680 µs between rounds of one H200 session), so a model is
+    compared only with what was timed beside it."""
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    for _ in range(rounds):
+        for name, call in calls.items():
+            times[name].append(time_cuda(call).median_us)
+    return {name: statistics.median(samples) for name, samples in times.items()}
+
+
 def run_case(
-    workload: Workload, name: str, sparsity: float, batches: list[int], dense_times: dict[int, float], fold: bool
+    workload: Workload,
+    dense: torch.nn.Module,
+    name: str,
+    sparsity: float,
+    batches: list[int],
+    fold: bool,
+    rounds: int,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(whole-model rows, per-layer rows) of one pattern at one sparsity, for each batch size."""
+    """(whole-model rows, per-layer rows) of one pattern at one sparsity, for each batch size, against `dense`: the
+    unpruned model in fp16 on the GPU."""
     model = workload.build(fold)
     weights = workload.prunable(model)
     packed, target = prune_in_place(weights, PATTERNS[name], sparsity)
@@ -193,41 +217,30 @@ def run_case(
 
         layers = time_layers(masked16, sparse, swapped_modules(weights, packed), lambda: run(sparse), time_ms)
         fastest, kept_dense = fastest_twin(sparse, masked16, layers)
+        nets = {"dense": dense, "masked": masked16, "sparse": sparse, "fastest": fastest,
+                **({"unchained": unchained} if chained else {})}  # fmt: skip
         with torch.inference_mode():
             ref = workload.forward(masked32, x)
-            err, fastest_err = relative_error(run(sparse), ref), relative_error(run(fastest), ref)
-            t_sparse = time_cuda(lambda: run(sparse)).median_us
-            t_fastest = time_cuda(lambda net=fastest: run(net)).median_us
-            unchained_err = relative_error(run(unchained), ref) if chained else None
-            t_unchained = time_cuda(lambda: run(unchained)).median_us if chained else None
+            errors = {net: relative_error(run(nets[net]), ref) for net in nets if net not in ("dense", "masked")}
+            times = time_in_rounds({net: lambda m=module: run(m) for net, module in nets.items()}, rounds)
         case = {"pattern": name, "sparsity": target, "batch": batch, "batch_norms": "folded" if fold else "kept"}
-        rows.append({**case, "dense_us": dense_times[batch], "sparse_us": t_sparse,
-                     "speedup": dense_times[batch] / t_sparse, "rel_err": err,
-                     "unchained_us": t_unchained,
-                     "unchained_speedup": None if t_unchained is None else dense_times[batch] / t_unchained,
-                     "unchained_rel_err": unchained_err,
+        rows.append({**case, "dense_us": times["dense"], "sparse_us": times["sparse"],
+                     "speedup": times["dense"] / times["sparse"],
+                     "masked_us": times["masked"], "rel_err": errors["sparse"],
+                     "unchained_us": times.get("unchained"),
+                     "unchained_speedup": times["dense"] / times["unchained"] if chained else None,
+                     "unchained_rel_err": errors.get("unchained"),
                      "sparse_layers": f"{len(layers) - len(kept_dense)} of {len(layers)}",
-                     "fastest_us": t_fastest, "fastest_speedup": dense_times[batch] / t_fastest,
-                     "fastest_rel_err": fastest_err,
-                     "passed": max(err, fastest_err, unchained_err or 0.0) <= TOLERANCE})  # fmt: skip
+                     "fastest_us": times["fastest"], "fastest_speedup": times["dense"] / times["fastest"],
+                     "fastest_rel_err": errors["fastest"],
+                     "passed": max(errors.values()) <= TOLERANCE})  # fmt: skip
         layer_rows += [{**case, "layer": layer, "input": " × ".join(map(str, t.input_shape)),
                         "dense_us": 1e3 * t.dense_ms, "sparse_us": 1e3 * t.sparse_ms, "speedup": t.speedup}
                        for layer, t in layers.items()]  # fmt: skip
         row = rows[-1]
         log.info("%s %.2f batch %d: %.2fx dense, fastest choice %.2fx (%s layers sparse), rel err %.1e", name, target,
-                 batch, row["speedup"], row["fastest_speedup"], row["sparse_layers"], err)  # fmt: skip
+                 batch, row["speedup"], row["fastest_speedup"], row["sparse_layers"], row["rel_err"])  # fmt: skip
     return rows, layer_rows
-
-
-def dense_times(workload: Workload, batches: list[int], fold: bool) -> dict[int, float]:
-    model = workload.build(fold).cuda().half()
-    times = {}
-    for batch in batches:
-        x = workload.make_input(batch)
-        x = x.half() if x.is_floating_point() else x
-        with torch.inference_mode():
-            times[batch] = time_cuda(lambda x=x: workload.forward(model, x)).median_us
-    return times
 
 
 def main() -> None:
@@ -237,6 +250,7 @@ def main() -> None:
     parser.add_argument("--sparsities", nargs="*", type=float, default=[0.75, 0.9], help="for patterns without N:M")
     parser.add_argument("--batches", nargs="*", type=int, default=[1, 8])
     parser.add_argument("--keep-batch-norms", action="store_true", help="time the norms instead of folding them")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds timing the dense model and each twin in turn")
     parser.add_argument("--out", type=Path, default=None, help="results prefix: writes PREFIX.json and PREFIX.md")
     args = parser.parse_args()
     fold = not args.keep_batch_norms
@@ -244,13 +258,13 @@ def main() -> None:
     require_kernels("model_bench")
     torch.backends.cudnn.benchmark = True
     workload = WORKLOADS[args.model]
-    dense = dense_times(workload, args.batches, fold)
+    dense = workload.build(fold).cuda().half()
     rows: list[dict[str, Any]] = []
     layer_rows: list[dict[str, Any]] = []
     for name in args.patterns:
         fixed = pattern_structure(PATTERNS[name]).fixed_sparsity() is not None
         for sparsity in args.sparsities[:1] if fixed else args.sparsities:
-            case_rows, case_layers = run_case(workload, name, sparsity, args.batches, dense, fold)
+            case_rows, case_layers = run_case(workload, dense, name, sparsity, args.batches, fold, args.rounds)
             rows, layer_rows = rows + case_rows, layer_rows + case_layers
             if args.out:
                 write_results(args.out, rows, COLUMNS, [LEGEND])
