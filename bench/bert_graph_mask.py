@@ -3,7 +3,7 @@
 
 transformers drops the all-ones attention mask of unpadded input only where it may read the mask's values; inside a
 CUDA-graph capture it builds the mask instead, and the mask it builds from no mask at all is an expanded view whose
-last dimension has stride 0, which sdpa's fused kernels refuse, so attention falls to the math path in fp32. A real
+last dimension has stride 0, which sdpa's fused kernels refuse, so attention falls to its unfused math path. A real
 padding mask (contiguous) keeps the fused kernel in both. Each row names the mask sdpa got, the device time of one
 forward's kernels (profiled), the fused attention kernel that ran (none on the math path), and the median of graph
 replays.
@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import torch
+import transformers
 from torch.profiler import ProfilerActivity, profile
 
 from bench.common import markdown_table, time_cuda, write_results
@@ -105,7 +106,7 @@ def main() -> None:
                          "attention_kernel": fused,
                          "replay_ms": time_cuda(call).median_us / 1e3})  # fmt: skip
     if args.out:
-        write_results(args.out, rows, COLUMNS, [LEGEND])
+        write_results(args.out, rows, COLUMNS, [f"{LEGEND} transformers {transformers.__version__}."])
     print(markdown_table(rows, COLUMNS))
 
 

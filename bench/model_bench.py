@@ -151,9 +151,10 @@ def bert_base(_fold: bool) -> torch.nn.Module:
 def bert_encoder_output(model: torch.nn.Module, token_ids: torch.Tensor) -> torch.Tensor:
     """The encoder's last hidden state for unpadded sequences, with no attention mask built.
 
-    BertModel builds its mask from the input each call, and drops it for unpadded input only where it may look at the
-    tokens: inside a CUDA-graph capture it keeps the mask, and sdpa then leaves its fused attention kernels for the
-    math path in fp32 (on an H200 that took BERT-base at 16 x 256 tokens from 1.95 ms of kernels to 6.5 ms).
+    BertModel drops the all-ones mask of unpadded input only outside a CUDA-graph capture: inside one it builds an
+    expanded mask with stride 0 in its last dimension, which sdpa's fused attention kernels refuse, and its unfused
+    math path took dense BERT-base at 16 x 256 tokens on an H200 from 1.95 ms of kernels to 6.6 ms
+    (bench/results/bert_graph_mask_h200.md).
     """
     return model.encoder(model.embeddings(input_ids=token_ids)).last_hidden_state
 
