@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sparseprune.export.timing import capture_graph, time_call
+from sparseprune.export.timing import capture_graph, time_call, time_calls
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -16,6 +16,14 @@ def test_cpu_timing_runs_every_call_eagerly() -> None:
     timing = time_call(lambda: counter.add_(1), torch.device("cpu"), warmup=2, repeats=3)
     assert counter.item() == 5 and not timing.cuda_graph
     assert timing.repeats == 3 and 0 <= timing.p10_ms <= timing.median_ms <= timing.p90_ms
+
+
+def test_calls_compared_are_sampled_in_turn() -> None:
+    order: list[str] = []
+    timings = time_calls({"dense": lambda: order.append("dense"), "sparse": lambda: order.append("sparse")},
+                         torch.device("cpu"), warmup=1, repeats=3)  # fmt: skip
+    assert order == ["dense", "sparse"] + ["dense", "sparse"] * 3  # warm-ups, then one sample of each per repeat
+    assert set(timings) == {"dense", "sparse"} and all(t.repeats == 3 and not t.cuda_graph for t in timings.values())
 
 
 @pytest.mark.gpu

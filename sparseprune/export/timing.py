@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import torch
@@ -72,31 +72,53 @@ def _captured(fn: Callable[[], object], device: torch.device) -> Callable[[], ob
     return capture_graph(fn, device)
 
 
+def _sample_ms(run: Callable[[], object], device: torch.device) -> float:
+    """Milliseconds of one call: device time between CUDA events on a GPU, wall time on the CPU."""
+    if device.type != "cuda":
+        begin = time.perf_counter()
+        run()
+        return 1000.0 * (time.perf_counter() - begin)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    run()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end)
+
+
 @torch.inference_mode()
+def time_calls(
+    calls: Mapping[str, Callable[[], object]],
+    device: torch.device,
+    warmup: int = 5,
+    repeats: int = 30,
+    cuda_graph: bool = True,
+) -> dict[str, Timing]:
+    """Median, 10th and 90th percentile of `repeats` timed calls of each of `calls` after `warmup` untimed ones; on
+    CUDA, with `cuda_graph`, of replays of one captured call (after one more untimed call that checks it never waits
+    for the GPU). The calls are sampled in turn, one of each per repeat: a GPU's speed drifts over a run (an H200 ran
+    the same BERT-base kernels 7% slower later in one run, bench/results/model_h200_bert_dense_once.md), so models
+    compared with each other are timed side by side, not one after the other."""
+    runs = {}
+    for name, fn in calls.items():
+        for _ in range(warmup):
+            fn()
+        replay = _captured(fn, device) if device.type == "cuda" and cuda_graph else None
+        runs[name] = (replay or fn, replay is not None)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    samples: dict[str, list[float]] = {name: [] for name in calls}
+    for _ in range(repeats):
+        for name, (run, _) in runs.items():
+            samples[name].append(_sample_ms(run, device))
+    return {
+        name: Timing(statistics.median(ms), _quantile(ms, 0.1), _quantile(ms, 0.9), repeats, runs[name][1])
+        for name, ms in samples.items()
+    }
+
+
 def time_call(
     fn: Callable[[], object], device: torch.device, warmup: int = 5, repeats: int = 30, cuda_graph: bool = True
 ) -> Timing:
-    """Median, 10th and 90th percentile of `repeats` timed calls of `fn` after `warmup` untimed ones; on CUDA, with
-    `cuda_graph`, of replays of one captured call (after one more untimed call that checks it never waits for the
-    GPU)."""
-    for _ in range(warmup):
-        fn()
-    replay = _captured(fn, device) if device.type == "cuda" and cuda_graph else None
-    run = replay or fn
-    samples = []
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-        for _ in range(repeats):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            run()
-            end.record()
-            end.synchronize()
-            samples.append(start.elapsed_time(end))
-    else:
-        for _ in range(repeats):
-            begin = time.perf_counter()
-            run()
-            samples.append(1000.0 * (time.perf_counter() - begin))
-    median = statistics.median(samples)
-    return Timing(median, _quantile(samples, 0.1), _quantile(samples, 0.9), repeats, replay is not None)
+    """`time_calls` of fn alone."""
+    return time_calls({"call": fn}, device, warmup, repeats, cuda_graph)["call"]
