@@ -38,6 +38,16 @@ def test_cuda_timing_replays_a_captured_graph() -> None:
 
 @pytest.mark.gpu
 @cuda
+def test_cuda_calls_compared_replay_their_own_graphs() -> None:
+    device = torch.device("cuda")
+    first, second = torch.zeros(1, device=device), torch.zeros(1, device=device)
+    timings = time_calls({"first": lambda: first.add_(1), "second": lambda: second.add_(2)}, device, 1, 3)
+    assert all(t.cuda_graph for t in timings.values())
+    assert first.item() == 5 and second.item() == 10  # warm-up, the check for host syncs, three replays each
+
+
+@pytest.mark.gpu
+@cuda
 def test_cuda_timing_falls_back_to_eager_calls_where_capture_fails() -> None:
     device = torch.device("cuda")
     counter = torch.zeros(1, device=device)
