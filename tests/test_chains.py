@@ -11,7 +11,7 @@ from torch import nn
 from transformers import BertConfig, BertModel
 
 from bench.model_bench import prune_in_place
-from sparseprune.export.chains import chain_feed_forward
+from sparseprune.export.chains import chain_feed_forward, release_dense_consumers
 from sparseprune.export.formats.tw import pack_tw, stored_feature_major, tw_matmul_reference
 from sparseprune.export.sparse_modules import SparseLinear
 from sparseprune.export.swap import sparsify, swapped_modules, with_dense_layers
@@ -83,3 +83,15 @@ def test_dense_layer_taken_back_reads_or_writes_either_storage(restored: str) ->
     assert set(names) <= set(swapped_modules(weights, packed))
     mixed = with_dense_layers(sparse, model, names)
     torch.testing.assert_close(run(mixed, ids), run(model, ids), rtol=1e-4, atol=1e-4)
+    assert not any(m.feature_major_out for m in mixed.modules() if isinstance(m, SparseLinear))  # no sparse pair left
+
+
+def test_chain_needs_a_sparse_consumer() -> None:
+    model, weights, packed = pruned_bert()
+    sparse = sparsify(model, weights, packed)
+    consumer = "encoder.layer.1.output.dense"
+    mixed = with_dense_layers(sparse, model, [consumer])
+    chained = [n for n, m in mixed.named_modules() if getattr(m, "feature_major_out", False)]
+    assert chained == ["encoder.layer.0.intermediate.dense"]  # layer 1's FFN in writes row-major for its dense FFN out
+    assert release_dense_consumers(mixed) == [] and chain_feed_forward(mixed) == chained
+    assert sparse.encoder.layer[1].intermediate.dense.feature_major_out  # the sparse twin itself keeps its chains

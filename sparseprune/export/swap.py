@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 
 from torch import nn
 
-from sparseprune.export.chains import chain_feed_forward
+from sparseprune.export.chains import chain_feed_forward, release_dense_consumers
 from sparseprune.export.formats.base import PackedWeight
 from sparseprune.export.sparse_modules import SparseConv2d, SparseLinear, StorageOrderMaxPool2d
 from sparseprune.gemm_view import PrunableWeight
@@ -53,10 +53,12 @@ def sparsify(
 
 
 def with_dense_layers(sparse: nn.Module, dense: nn.Module, module_names: Iterable[str]) -> nn.Module:
-    """A deep copy of the sparse twin with the named layers taken back from the (masked) dense model."""
+    """A deep copy of the sparse twin with the named layers taken back from the (masked) dense model; a sparse layer
+    chained into one of them writes row-major again, which the dense layer reads faster."""
     mixed = copy.deepcopy(sparse)
     for name in module_names:
         _replace(mixed, name, copy.deepcopy(dense.get_submodule(name)))
+    release_dense_consumers(mixed)
     return mixed
 
 
