@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from sparseprune.errors import UserError
 from sparseprune.export.timing import capture_graph, time_call, time_calls
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -18,12 +19,15 @@ def test_cpu_timing_runs_every_call_eagerly() -> None:
     assert timing.repeats == 3 and 0 <= timing.p10_ms <= timing.median_ms <= timing.p90_ms
 
 
-def test_calls_compared_are_sampled_in_turn() -> None:
+def test_calls_compared_are_timed_in_turn_in_rounds() -> None:
     order: list[str] = []
     timings = time_calls({"dense": lambda: order.append("dense"), "sparse": lambda: order.append("sparse")},
-                         torch.device("cpu"), warmup=1, repeats=3)  # fmt: skip
-    assert order == ["dense", "sparse"] + ["dense", "sparse"] * 3  # warm-ups, then one sample of each per repeat
-    assert set(timings) == {"dense", "sparse"} and all(t.repeats == 3 and not t.cuda_graph for t in timings.values())
+                         torch.device("cpu"), warmup=1, repeats=5, rounds=2)  # fmt: skip
+    # warm-ups, then per round each call once untimed and its share of the repeats (3, then 2) back to back
+    assert order == ["dense", "sparse"] + ["dense"] * 4 + ["sparse"] * 4 + ["dense"] * 3 + ["sparse"] * 3
+    assert set(timings) == {"dense", "sparse"} and all(t.repeats == 5 and not t.cuda_graph for t in timings.values())
+    with pytest.raises(UserError, match="at least 1"):
+        time_calls({"dense": lambda: None}, torch.device("cpu"), rounds=0)
 
 
 @pytest.mark.gpu
@@ -41,9 +45,9 @@ def test_cuda_timing_replays_a_captured_graph() -> None:
 def test_cuda_calls_compared_replay_their_own_graphs() -> None:
     device = torch.device("cuda")
     first, second = torch.zeros(1, device=device), torch.zeros(1, device=device)
-    timings = time_calls({"first": lambda: first.add_(1), "second": lambda: second.add_(2)}, device, 1, 3)
+    timings = time_calls({"first": lambda: first.add_(1), "second": lambda: second.add_(2)}, device, 1, 3, rounds=3)
     assert all(t.cuda_graph for t in timings.values())
-    assert first.item() == 5 and second.item() == 10  # warm-up, the check for host syncs, three replays each
+    assert first.item() == 8 and second.item() == 16  # warm-up, sync check, per round an untimed and a timed replay
 
 
 @pytest.mark.gpu

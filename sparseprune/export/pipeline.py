@@ -160,7 +160,7 @@ def export(cfg: DictConfig) -> dict[str, Any]:
     if cfg.layer_choice == "fastest":
         twins["fastest"], kept_dense = fastest_twin(sparse, model, layer_times)
     timings = time_calls({name: lambda net=net: net.predict_batch(timed_batch) for name, net in twins.items()},
-                         device, cfg.warmup, cfg.repeats, cfg.cuda_graph)  # fmt: skip
+                         device, cfg.warmup, cfg.repeats, cfg.cuda_graph, cfg.timing_rounds)  # fmt: skip
     dense_time, sparse_time = timings["dense"], timings["sparse"]
     report = {
         "checkpoint": str(ckpt),

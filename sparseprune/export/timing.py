@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import torch
 
+from sparseprune.errors import UserError
+
 log = logging.getLogger(__name__)
 
 
@@ -93,12 +95,19 @@ def time_calls(
     warmup: int = 5,
     repeats: int = 30,
     cuda_graph: bool = True,
+    rounds: int = 3,
 ) -> dict[str, Timing]:
     """Median, 10th and 90th percentile of `repeats` timed calls of each of `calls` after `warmup` untimed ones; on
     CUDA, with `cuda_graph`, of replays of one captured call (after one more untimed call that checks it never waits
-    for the GPU). The calls are sampled in turn, one of each per repeat: a GPU's speed drifts over a run (an H200 ran
-    the same BERT-base kernels 7% slower later in one run, bench/results/model_h200_bert_dense_once.md), so models
-    compared with each other are timed side by side, not one after the other."""
+    for the GPU).
+
+    A GPU's speed drifts over a run (an H200 ran the same BERT-base kernels 7% slower later in one run,
+    bench/results/model_h200_bert_dense_once.md), so the models compared are timed side by side: in `rounds` rounds,
+    each call's share of the repeats back to back after one untimed call, which leaves the caches as the call's own
+    repeats do; alternating call by call would have each model evict the other's weights from L2.
+    """
+    if rounds < 1:
+        raise UserError(f"timing rounds must be at least 1, got {rounds}")
     runs = {}
     for name, fn in calls.items():
         for _ in range(warmup):
@@ -108,9 +117,12 @@ def time_calls(
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     samples: dict[str, list[float]] = {name: [] for name in calls}
-    for _ in range(repeats):
+    shares = [repeats // rounds + (r < repeats % rounds) for r in range(rounds)]
+    for share in filter(None, shares):
         for name, (run, _) in runs.items():
-            samples[name].append(_sample_ms(run, device))
+            if len(runs) > 1:
+                run()
+            samples[name] += [_sample_ms(run, device) for _ in range(share)]
     return {
         name: Timing(statistics.median(ms), _quantile(ms, 0.1), _quantile(ms, 0.9), repeats, runs[name][1])
         for name, ms in samples.items()
