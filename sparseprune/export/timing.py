@@ -104,7 +104,9 @@ def time_calls(
     A GPU's speed drifts over a run (an H200 ran the same BERT-base kernels 7% slower later in one run,
     bench/results/model_h200_bert_dense_once.md), so the models compared are timed side by side: in `rounds` rounds,
     each call's share of the repeats back to back after one untimed call, which leaves the caches as the call's own
-    repeats do; alternating call by call would have each model evict the other's weights from L2.
+    repeats do. Alternating call by call slowed both VGG16 models at one image there, the sparse one by 16%, most
+    likely as each pass evicts the other model's data from L2
+    (bench/results/export_h200_vgg16_fmnist_tw75_timing_rounds.md).
     """
     if rounds < 1:
         raise UserError(f"timing rounds must be at least 1, got {rounds}")
