@@ -13,6 +13,7 @@ from transformers import BertConfig, BertModel
 from bench.model_bench import prune_in_place
 from sparseprune.export.chains import chain_feed_forward, release_dense_consumers
 from sparseprune.export.formats.tw import pack_tw, stored_feature_major, tw_matmul_reference
+from sparseprune.export.layer_choice import LayerTiming, fastest_choice, first_inputs
 from sparseprune.export.sparse_modules import SparseLinear
 from sparseprune.export.swap import sparsify, swapped_modules, with_dense_layers
 from sparseprune.gemm_view import find_prunable
@@ -95,3 +96,41 @@ def test_chain_needs_a_sparse_consumer() -> None:
     assert chained == ["encoder.layer.0.intermediate.dense"]  # layer 1's FFN in writes row-major for its dense FFN out
     assert release_dense_consumers(mixed) == [] and chain_feed_forward(mixed) == chained
     assert sparse.encoder.layer[1].intermediate.dense.feature_major_out  # the sparse twin itself keeps its chains
+
+
+def test_fastest_choice_times_a_sparse_layer_again_when_its_input_storage_changes() -> None:
+    model, weights, packed = pruned_bert()
+    ids = torch.randint(0, 40, (2, 9))
+    sparse = sparsify(model, weights, packed)
+    names = list(swapped_modules(weights, packed))
+    producers = [f"encoder.layer.{i}.intermediate.dense" for i in range(2)]
+    consumers = [f"encoder.layer.{i}.output.dense" for i in range(2)]
+    timings = {name: LayerTiming(1, (2, 9, 64), dense_ms=1.0, sparse_ms=2.0 if name in producers else 0.5)
+               for name in names}  # fmt: skip
+    timed = []
+
+    def time_ms(fn) -> float:  # time_layers times the dense layer, then the sparse one: the sparse one now loses
+        timed.append(fn())
+        return 1.0 if len(timed) % 2 else 3.0
+
+    def consumer_inputs_feature_major(net: nn.Module) -> list[bool]:
+        inputs = first_inputs(net, consumers, lambda: run(net, ids))
+        return [stored_feature_major(inputs[name][0].reshape(-1, 128)) for name in consumers]
+
+    assert consumer_inputs_feature_major(sparse) == [True, True]
+    assert consumer_inputs_feature_major(with_dense_layers(sparse, model, producers)) == [False, False]
+    choice = fastest_choice(sparse, model, timings, lambda net: run(net, ids), time_ms)
+    assert sorted(choice.retimed) == consumers and len(timed) == 4  # both FFN outs, dense and sparse each
+    assert sorted(choice.dense_layers) == sorted(producers + consumers)
+    torch.testing.assert_close(run(choice.twin, ids), run(model, ids), rtol=1e-4, atol=1e-4)
+
+
+def test_fastest_choice_keeps_the_first_choice_where_no_input_changes() -> None:
+    model, weights, packed = pruned_bert()
+    ids = torch.randint(0, 40, (2, 9))
+    sparse = sparsify(model, weights, packed)
+    query = "encoder.layer.0.attention.self.query"
+    timings = {name: LayerTiming(1, (2, 9, 64), 1.0, 2.0 if name == query else 0.5)
+               for name in swapped_modules(weights, packed)}  # fmt: skip
+    choice = fastest_choice(sparse, model, timings, lambda net: run(net, ids), lambda fn: pytest.fail("timed again"))
+    assert choice.dense_layers == [query] and choice.retimed == {}

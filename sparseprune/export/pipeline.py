@@ -23,7 +23,7 @@ from sparseprune.checkpoints import load_checkpoint, pruning_state, run_config
 from sparseprune.errors import UserError
 from sparseprune.export.fold import fold_batch_norms, foldable_pairs
 from sparseprune.export.formats.base import PackedWeight
-from sparseprune.export.layer_choice import LAYER_CHOICES, fastest_twin, time_layers
+from sparseprune.export.layer_choice import LAYER_CHOICES, fastest_choice, time_layers
 from sparseprune.export.packing import pack_layer
 from sparseprune.export.swap import sparsify, swapped_modules, unpacked_layers
 from sparseprune.export.timing import time_call, time_calls
@@ -158,7 +158,8 @@ def export(cfg: DictConfig) -> dict[str, Any]:
     layer_times = time_layers(model, sparse, swapped, lambda: sparse.predict_batch(timed_batch), layer_ms)
     twins = {"dense": model, "sparse": sparse}
     if cfg.layer_choice == "fastest":
-        twins["fastest"], kept_dense = fastest_twin(sparse, model, layer_times)
+        choice = fastest_choice(sparse, model, layer_times, lambda net: net.predict_batch(timed_batch), layer_ms)
+        twins["fastest"] = choice.twin
     timings = time_calls({name: lambda net=net: net.predict_batch(timed_batch) for name, net in twins.items()},
                          device, cfg.warmup, cfg.repeats, cfg.cuda_graph, cfg.timing_rounds)  # fmt: skip
     dense_time, sparse_time = timings["dense"], timings["sparse"]
@@ -187,7 +188,8 @@ def export(cfg: DictConfig) -> dict[str, Any]:
     }
     if cfg.layer_choice == "fastest":
         report["fastest"] = {
-            "dense_layers": kept_dense,
+            "dense_layers": choice.dense_layers,
+            "retimed_layers": {name: {**asdict(t), "speedup": t.speedup} for name, t in choice.retimed.items()},
             "timed_dtype_rel_error": check_outputs(model, twins["fastest"], timed_batch),
             "timing": asdict(timings["fastest"]),
             "speedup": dense_time.median_ms / timings["fastest"].median_ms,
