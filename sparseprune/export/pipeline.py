@@ -229,6 +229,8 @@ def _print_report(report: dict[str, Any], out_dir: Path) -> None:
             f"fastest layer choice: {fastest['speedup']:.2f}x dense, with {len(fastest['dense_layers'])} of "
             f"{len(report['layer_timing'])} swapped layers kept dense: {fastest['dense_layers']}"
         )
+        if fastest["retimed_layers"]:
+            console.print(f"timed again on their inputs in that model: {list(fastest['retimed_layers'])}")
     if report["not_swapped"]:
         console.print(f"[yellow]pruned but computed dense (no sparse module yet): {report['not_swapped']}")
     console.print(f"report: {out_dir / 'export_report.json'}")
