@@ -3,10 +3,20 @@ that taking a layer back from the dense model leaves the rest of the twin as it 
 
 from __future__ import annotations
 
+import copy
+
+import pytest
 import torch
 from torch import nn
 
-from sparseprune.export.layer_choice import LayerTiming, fastest_twin, first_inputs, slower_sparse_layers, time_layers
+from sparseprune.export.layer_choice import (
+    LayerTiming,
+    fastest_choice,
+    fastest_twin,
+    first_inputs,
+    slower_sparse_layers,
+    time_layers,
+)
 from sparseprune.export.swap import with_dense_layers
 from sparseprune.export.timing import time_call
 
@@ -88,3 +98,29 @@ def test_fastest_twin_takes_back_exactly_the_slower_layers() -> None:
     timings = {"0": LayerTiming(1, (2, 4), dense_ms=1.0, sparse_ms=2.0), "1": LayerTiming(1, (2, 4), 2.0, 1.0)}
     twin, kept_dense = fastest_twin(sparse, dense, timings)
     assert kept_dense == ["0"] and isinstance(twin[0], nn.Linear) and isinstance(twin[1], nn.Identity)
+
+
+class ChannelMajor(nn.Module):
+    """A convolution returning (B, C, H, W) stored channel-major, as a sparse convolution over several images does."""
+
+    def __init__(self, conv: nn.Conv2d) -> None:
+        super().__init__()
+        self.conv = conv
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv(x).transpose(0, 1).contiguous().transpose(0, 1)
+
+
+@pytest.mark.parametrize("images", [1, 2])
+def test_fastest_choice_times_again_only_inputs_stored_differently(images: int) -> None:
+    torch.manual_seed(0)
+    dense = nn.Sequential(nn.Conv2d(3, 4, 3), nn.Conv2d(4, 4, 3))
+    sparse = nn.Sequential(ChannelMajor(copy.deepcopy(dense[0])), copy.deepcopy(dense[1]))
+    x = torch.randn(images, 3, 8, 8)
+    timings = {"0": LayerTiming(1, (images, 3, 8, 8), 1.0, 2.0), "1": LayerTiming(1, (images, 4, 6, 6), 2.0, 1.0)}
+    timed = []
+    choice = fastest_choice(sparse, dense, timings, lambda net: net(x), lambda fn: timed.append(fn()) or 1.5)
+    assert choice.dense_layers == ["0"]
+    # layer 1's input, channel-major behind the sparse layer 0, is NCHW behind the dense one: the same bytes for one
+    # image, whose batch stride moves nothing
+    assert list(choice.retimed) == ([] if images == 1 else ["1"]) and len(timed) == (0 if images == 1 else 2)

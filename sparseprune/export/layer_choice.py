@@ -114,8 +114,13 @@ class LayerChoice:
 
 
 @torch.inference_mode()
-def _input_strides(model: nn.Module, names: Iterable[str], forward: Callable[[], object]) -> dict[str, tuple]:
-    return {name: x.stride() for name, (x, _) in first_inputs(model, names, forward).items()}
+def _input_layouts(model: nn.Module, names: Iterable[str], forward: Callable[[], object]) -> dict[str, tuple]:
+    """(shape, strides) of each named layer's input, ignoring dimensions of size 1, whose strides do not move data:
+    a channel-major (C, B, H, W) tensor of one image is stored as NCHW."""
+    layouts = {}
+    for name, (x, _) in first_inputs(model, names, forward).items():
+        layouts[name] = tuple((size, stride) for size, stride in zip(x.shape, x.stride(), strict=True) if size > 1)
+    return layouts
 
 
 def fastest_choice(
@@ -129,14 +134,15 @@ def fastest_choice(
 
     Taking a layer back to dense can change how the next sparse layer's input is stored: a sparse FFN out reads a
     chained feature-major input in the all-sparse twin but a row-major one behind a dense FFN in, where it pays a
-    transpose its timing did not (BERT-base at one sequence on an H200, 90% TW: the twin keeping FFN out sparse ran
-    at 0.94x dense, bench/results/model_h200_bert.md). Each sparse layer whose input strides changed is timed again
-    on its input in the mixed twin, and taken back to dense too where it now loses; `forward_of(model)` runs a pass.
+    transpose its timing did not. Each sparse layer whose input is now stored differently is timed again on its input
+    in the mixed twin, and taken back to dense too where it now loses; `forward_of(model)` runs a pass. (BERT-base at
+    one sequence on an H200, 90% TW: the first choice, its twelve FFN outs sparse, ran at 0.94x dense; timed again they
+    lose, and the choice runs at 1.00x, bench/results/model_h200_bert.md.)
     """
     twin, kept_dense = fastest_twin(sparse, dense, timings)
     still_sparse = [name for name in timings if name not in kept_dense]
-    before = _input_strides(sparse, still_sparse, lambda: forward_of(sparse))
-    after = _input_strides(twin, still_sparse, lambda: forward_of(twin))
+    before = _input_layouts(sparse, still_sparse, lambda: forward_of(sparse))
+    after = _input_layouts(twin, still_sparse, lambda: forward_of(twin))
     moved = [name for name in still_sparse if name in after and after[name] != before.get(name)]
     if not moved:
         return LayerChoice(twin, kept_dense, {})
