@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from sparseprune.export.swap import with_dense_layers
+from sparseprune.progress import progress
 
 LAYER_CHOICES = ("sparse", "fastest")  # every swapped layer on its sparse kernel, or each on the faster of the two
 
@@ -76,7 +77,7 @@ def time_layers(
     0.99-1.02x). A sparse layer that hands the next one its feature-major output (`feature_major_out`) is timed
     without the copy, which its consumer does not make."""
     timings = {}
-    for name, (x, calls) in first_inputs(sparse, names, forward).items():
+    for name, (x, calls) in progress(first_inputs(sparse, names, forward).items(), "timing layers"):
         dense_layer, sparse_layer = dense.get_submodule(name), sparse.get_submodule(name)
         timings[name] = LayerTiming(
             calls=calls,

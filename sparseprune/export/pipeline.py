@@ -29,6 +29,7 @@ from sparseprune.export.swap import sparsify, swapped_modules, unpacked_layers
 from sparseprune.export.timing import time_call, time_calls
 from sparseprune.gemm_view import PrunableWeight, find_prunable, to_gemm
 from sparseprune.masking import MaskedWeights
+from sparseprune.progress import progress
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +81,7 @@ def pack_model(prunable: list[PrunableWeight], state: dict[str, Any]) -> dict[st
         raise UserError(f"checkpoint masks name weights the model lacks: {missing[:3]}")
     return {
         name: pack_layer(to_gemm(weights[name].param.detach()), codes, state["pattern"])
-        for name, codes in state["codes"].items()
+        for name, codes in progress(state["codes"].items(), "packing layers")
     }
 
 
