@@ -181,8 +181,8 @@ def time_ms(fn: Any) -> float:
 
 def time_in_rounds(calls: dict[str, Callable[[], object]], rounds: int) -> dict[str, float]:
     """Median µs of each call over `rounds` rounds that time every call in turn. A GPU's speed drifts over a run
-    (dense BERT-base at one sequence moved from 621 to 680 µs between rounds of one H200 session), so a model is
-    compared only with what was timed beside it."""
+    (timed once before all cases, dense BERT-base at one sequence took 625 µs where the same kernels took 672 later,
+    bench/results/model_h200_bert_dense_once.md), so a model is compared only with what was timed beside it."""
     times: dict[str, list[float]] = {name: [] for name in calls}
     for _ in range(rounds):
         for name, call in calls.items():
