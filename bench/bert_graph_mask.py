@@ -21,9 +21,8 @@ from pathlib import Path
 
 import torch
 import transformers
-from torch.profiler import ProfilerActivity, profile
 
-from bench.common import markdown_table, time_cuda, write_results
+from bench.common import kernel_times, markdown_table, time_cuda, write_results
 from bench.model_bench import BERT_TOKENS, WORKLOADS, bert_encoder_output
 from sparseprune.export.timing import capture_graph
 
@@ -63,16 +62,10 @@ FUSED_ATTENTION = ("sdpa", "fmha", "flash", "attention")  # in the names of cuDN
 
 
 def kernel_time(fn: Callable[[], object]) -> tuple[float, str]:
-    """(ms of device time of fn's kernels, the name of its fused attention kernel or "none")."""
+    """(ms of device time of fn's kernels, the name of its fused attention kernel or "none"), after one warm call."""
     fn()
     torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        fn()
-        torch.cuda.synchronize()
-    per_kernel: dict[str, float] = {}
-    for event in prof.events():
-        if event.device_type.name == "CUDA":
-            per_kernel[event.name] = per_kernel.get(event.name, 0.0) + event.time_range.elapsed_us()
+    per_kernel = kernel_times(fn)
     fused = [name for name in per_kernel if any(word in name.lower() for word in FUSED_ATTENTION)]
     return sum(per_kernel.values()) / 1e3, fused[0][:60] if fused else "none"
 

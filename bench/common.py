@@ -113,6 +113,19 @@ def time_cuda(fn: Callable[[], Any], warmup: int = 3, samples: int = 15, graph: 
     return Timing(median_us=statistics.median(times), min_us=min(times), samples=samples, graphed=graphed)
 
 
+def kernel_times(fn: Callable[[], Any], calls: int = 1) -> dict[str, float]:
+    """Device µs per call of each kernel (and memset or copy) `fn` launches, profiled over `calls` calls, longest
+    first."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    events = sorted(prof.key_averages(), key=lambda e: -e.device_time_total)
+    return {e.key: e.device_time_total / calls for e in events if e.device_time_total > 0}
+
+
 def time_into(row: dict[str, Any], key: str, fn: Callable[[], Any]) -> float:
     """row[key] = the median µs of fn(); a timing that fell back to eager batches is listed in row["eager"]."""
     timing = time_cuda(fn)

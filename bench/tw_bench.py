@@ -24,6 +24,7 @@ from bench.common import (
     case_generator,
     case_notes,
     exit_if_any_failed,
+    kernel_times,
     markdown_table,
     relative_error,
     require_kernels,
@@ -166,14 +167,8 @@ def emulation(packed: PackedTW) -> Callable[[torch.Tensor], torch.Tensor]:
 
 def kernel_profile(fn: Callable[[], Any], calls: int = 3) -> dict[str, float]:
     """Device µs per call of each kernel `fn` launches (top 6), to see where a variant's time goes."""
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-    events = sorted(prof.key_averages(), key=lambda e: -e.device_time_total)[:6]
-    return {e.key[:60]: round(e.device_time_total / calls, 2) for e in events if e.device_time_total > 0}
+    top = list(kernel_times(fn, calls).items())[:6]
+    return {name[:60]: round(us, 2) for name, us in top}
 
 
 def run_case(
