@@ -67,6 +67,7 @@ def _extensions() -> tuple[list, dict]:
         "kernels_ext/tw_gemv.cu",
         "kernels_ext/tw_gemm_sm90.cu",
         "kernels_ext/tw_gemm_sm90_ws.cu",
+        "kernels_ext/tw_gemm_sm90_rows.cu",
         "kernels_ext/nm_gemm.cu",
         "kernels_ext/nm_gemv_mma.cu",
         "kernels_ext/im2col.cu",

@@ -52,7 +52,7 @@ LEGEND = (
     "'N:M' takes x row-major through PackedNM.matmul (kernel: simt = CUDA-core SpMV/SpMM, tw = TW tensor-core "
     "kernel on the repacked weight, with its transpose of x); 'TW-fm' gives the TW route x feature-major, and from "
     "17 rows up to 1024 also forced to the tensor-core GEMV ('gemv.mma') and to the warp-specialized kernel "
-    "('wgmma.ws'), to check auto's choice between them. "
+    "('wgmma.ws'), to check auto's choice between them, and to the row-flexible kernel ('wgmma.rows'). "
     "'ideal' is the dense GEMM over the kept K; 'weight-bytes bound' is dense weight bytes / packed bytes "
     "(values + in-group positions: 4 bits each for element-wise N:M with M <= 16, else 1 byte), the M = 1 ceiling. "
     "'HW 2:4' is the CUTLASS sm90 sparse-tensor-core GEMM (kernel sp24) "
@@ -85,6 +85,7 @@ COLUMNS = [
     ("speedup_fm", "TW-fm ×dense"),
     ("tw_fm_gemv_mma_us", "TW-fm µs (gemv.mma)"),
     ("tw_fm_wgmma_ws_us", "TW-fm µs (wgmma.ws)"),
+    ("tw_fm_wgmma_rows_us", "TW-fm µs (wgmma.rows)"),
     ("ideal_ratio", "ideal ×dense"),
     ("of_ideal", "N:M / ideal"),
     ("bytes_bound", "weight-bytes bound ×"),
@@ -139,7 +140,7 @@ def run_case(
     # The TW route's mid-M choice, checked by forcing each side of it.
     forced: list[str] = []
     if view is not None:
-        kernels = gemv_kernels(m_rows) + hopper_kernels(m_rows, view.granularity)
+        kernels = gemv_kernels(m_rows) + hopper_kernels(m_rows, view.granularity, view.num_tiles)
         forced = [kernel for kernel in kernels if kernel != "wgmma"]
         row["rel_err_fm"] = relative_error(view.matmul_feature_major(xt).t(), ref)
         for kernel in forced:

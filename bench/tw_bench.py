@@ -53,7 +53,8 @@ EPILOGUES: dict[str, str | None] = {"none": None, "bias": None, "bias-relu": "re
 LEGEND = (
     "Times are medians of CUDA-graph replays (launch overhead excluded) on the same device in one run; "
     "'TW' takes x row-major (M x K) and includes its transpose, 'TW-fm' takes x feature-major (K x M); "
-    "the 'wgmma' and 'wgmma.ws' columns force the two Hopper kernels on feature-major x, the 'gemv.mma' column the "
+    "the 'wgmma', 'wgmma.ws' and 'wgmma.rows' columns force the Hopper kernels on feature-major x, the 'gemv.mma' "
+    "column the "
     f"tensor-core GEMV ('auto' picks that GEMV up to 32 rows, and up to {MMA_GEMV_MAX_M} where its CTAs are few; "
     "wgmma.ws above)."
 )
@@ -70,9 +71,11 @@ SHORT_COLUMNS = {
     "ideal_ratio",
     "fm_of_ideal",
     "tw_fm_wgmma_ws_us",
+    "tw_fm_wgmma_rows_us",
     "tw_fm_wgmma_us",
     "tw_fm_gemv_mma_us",
     "ws_of_ideal",
+    "rows_of_ideal",
     "wgmma_of_ideal",
     "fm_of_bound",
     "emul_speedup",
@@ -94,6 +97,7 @@ COLUMNS = [
     ("tw_fm_mma_sync_us", "TW-fm µs (mma.sync)"),
     ("tw_fm_wgmma_us", "TW-fm µs (wgmma)"),
     ("tw_fm_wgmma_ws_us", "TW-fm µs (wgmma.ws)"),
+    ("tw_fm_wgmma_rows_us", "TW-fm µs (wgmma.rows)"),
     ("tw_fm_gemv_mma_us", "TW-fm µs (gemv.mma)"),
     ("speedup", "TW ×dense"),
     ("speedup_fm", "TW-fm ×dense"),
@@ -101,6 +105,7 @@ COLUMNS = [
     ("fm_of_ideal", "TW-fm / ideal"),
     ("wgmma_of_ideal", "wgmma / ideal"),
     ("ws_of_ideal", "wgmma.ws / ideal"),
+    ("rows_of_ideal", "wgmma.rows / ideal"),
     ("bytes_bound", "weight-bytes bound ×"),
     ("fm_of_bound", "TW-fm / bound"),
     ("emul_speedup", "index_select emul ×dense"),
@@ -129,11 +134,15 @@ def bench_tw_mask(k: int, n: int, granularity: int, sparsity: float, gen: torch.
     return mask
 
 
-def hopper_kernels(m: int, granularity: int) -> tuple[str, ...]:
-    """The forced wgmma kernels this case can run: Hopper, G 64/128, M past the GEMV range."""
+ROWS_MAX_TILES = 64  # tiles the row-flexible kernel schedules (kRowsMaxTiles in kernels_ext/tw_gemm_sm90_rows.cu)
+
+
+def hopper_kernels(m: int, granularity: int, tiles: int) -> tuple[str, ...]:
+    """The forced wgmma kernels this case can run: Hopper, G 64/128, M past the GEMV range; the row-flexible one up
+    to ROWS_MAX_TILES tiles."""
     if torch.cuda.get_device_capability() != (9, 0) or granularity == 32 or m <= 16:
         return ()
-    return ("wgmma", "wgmma.ws")
+    return ("wgmma", "wgmma.ws") + (("wgmma.rows",) if tiles <= ROWS_MAX_TILES else ())
 
 
 def gemv_kernels(m: int) -> tuple[str, ...]:
@@ -222,7 +231,7 @@ def run_case(
         "rel_err_fm": relative_error(y_fm.t(), ref),
         "rel_err_emul": relative_error(emul(x), ref) if emul else None,
     }
-    for kernel in hopper_kernels(m, granularity) + gemv_kernels(m):
+    for kernel in hopper_kernels(m, granularity, packed.num_tiles) + gemv_kernels(m):
         row[f"rel_err_{kernel}"] = relative_error(tw(kernel).t(), ref)
     worst = worst_error(v for key, v in row.items() if key.startswith("rel_err") and v is not None)
     row["passed"] = worst <= TOLERANCE[dtype]
@@ -231,7 +240,7 @@ def run_case(
     k_ideal = max(8, round((1 - sparsity) * k / 8) * 8)
     x_ideal, b_ideal = x[:, :k_ideal].contiguous(), b[:k_ideal].contiguous()
     # The timings a case may lack (no mma.sync run at M <= 16, no Hopper kernel, no emulation) read None.
-    forced = ["mma_sync", "wgmma", "wgmma_ws", "gemv_mma"]
+    forced = ["mma_sync", "wgmma", "wgmma_ws", "wgmma_rows", "gemv_mma"]
     row.update(dict.fromkeys([f"tw_fm_{kernel}_us" for kernel in forced] + ["emul_us"]))
     # At the decode sizes each timed call reads its weight from HBM (bench.common.Rotation), as in a model.
     row["cold_weights"] = m <= COLD_WEIGHTS_MAX_M
@@ -243,7 +252,7 @@ def run_case(
         time_into(row, "tw_fm_mma_sync_us", lambda: tw("mma.sync"))
     t_forced = {
         kernel: time_into(row, f"tw_fm_{kernel.replace('.', '_')}_us", lambda kernel=kernel: tw(kernel))
-        for kernel in hopper_kernels(m, granularity) + gemv_kernels(m)
+        for kernel in hopper_kernels(m, granularity, packed.num_tiles) + gemv_kernels(m)
     }
     t_emul = None
     if gather:
@@ -258,6 +267,7 @@ def run_case(
         {
             "wgmma_of_ideal": t_ideal / t_forced["wgmma"] if "wgmma" in t_forced else None,
             "ws_of_ideal": t_ideal / t_forced["wgmma.ws"] if "wgmma.ws" in t_forced else None,
+            "rows_of_ideal": t_ideal / t_forced["wgmma.rows"] if "wgmma.rows" in t_forced else None,
             "k_ideal": k_ideal,
             "speedup": t_dense / t_tw,
             "speedup_fm": t_dense / t_fm,

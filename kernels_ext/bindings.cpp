@@ -87,7 +87,7 @@ at::Tensor tw_matmul(const at::Tensor& x, const at::Tensor& values, const at::Te
                      const std::optional<at::Tensor>& res_ptr, const std::optional<at::Tensor>& res_rows,
                      const std::optional<at::Tensor>& res_vals, int64_t K, int64_t N, int64_t granularity,
                      int64_t max_tile_k, int64_t activation, bool x_feature_major, bool y_feature_major,
-                     int64_t path) {
+                     int64_t path, const std::optional<at::Tensor>& host_tile_ptr) {
   check_activations(x);
   const at::Device device = x.device();
   const auto dtype = x.scalar_type();
@@ -98,8 +98,8 @@ at::Tensor tw_matmul(const at::Tensor& x, const at::Tensor& values, const at::Te
   TORCH_CHECK(K % 8 == 0 && N % 8 == 0, "K and N must be multiples of 8, got K = ", num(K), ", N = ", num(N));
   TORCH_CHECK(granularity == 32 || granularity == 64 || granularity == 128, "granularity must be 32, 64 or 128");
   check_activation_code(activation);
-  TORCH_CHECK(path >= 0 && path <= 5 && path != 4,
-              "path must be 0 (auto), 1 (mma.sync), 2 (wgmma), 3 (wgmma.ws) or 5 (gemv.mma)");
+  TORCH_CHECK(path >= 0 && path <= 7 && path != 4 && path != 6,
+              "path must be 0 (auto), 1 (mma.sync), 2 (wgmma), 3 (wgmma.ws), 5 (gemv.mma) or 7 (wgmma.rows)");
   TORCH_CHECK(!x_feature_major || M % 8 == 0 || M <= tw::kSmallM,
               "feature-major x needs M a multiple of 8 (16-byte rows), got M = ", num(M));
   TORCH_CHECK(aligned16(x.data_ptr()), "x must be 16-byte aligned");
@@ -115,6 +115,11 @@ at::Tensor tw_matmul(const at::Tensor& x, const at::Tensor& values, const at::Te
   TORCH_CHECK(aligned16(rows.data_ptr()), "rows must be 16-byte aligned");
   TORCH_CHECK(values.numel() == rows.numel() * granularity, "values must hold rows x G = ",
               num(rows.numel() * granularity), " entries, got ", num(values.numel()));
+  if (host_tile_ptr.has_value()) {
+    TORCH_CHECK(host_tile_ptr->device().is_cpu() && host_tile_ptr->scalar_type() == at::kInt &&
+                    host_tile_ptr->is_contiguous() && host_tile_ptr->numel() == num_tiles + 1,
+                "host_tile_ptr must be tile_ptr as a contiguous int32 CPU tensor");
+  }
   check_index(cols, "cols", device, num_tiles * granularity);
   check_index(col_pos, "col_pos", device, N);
   check_index(pruned_cols, "pruned_cols", device, -1);
@@ -141,6 +146,7 @@ at::Tensor tw_matmul(const at::Tensor& x, const at::Tensor& values, const at::Te
   w.values = values.data_ptr();
   w.rows = rows.data_ptr<int32_t>();
   w.tile_ptr = tile_ptr.data_ptr<int32_t>();
+  w.host_tile_ptr = host_tile_ptr.has_value() ? host_tile_ptr->data_ptr<int32_t>() : nullptr;
   w.cols = cols.data_ptr<int32_t>();
   w.col_pos = col_pos.data_ptr<int32_t>();
   w.pruned_cols = pruned_cols.data_ptr<int32_t>();
@@ -172,12 +178,13 @@ at::Tensor tw_matmul(const at::Tensor& x, const at::Tensor& values, const at::Te
   // the GEMM kernels with pruned columns the result comes back through a transpose too: they write a feature-major y
   // as whole 128-byte column runs, while a row-major y's kept columns are scattered over each row, so its stores
   // would be a few bytes per sector (the GEMVs' few rows are written directly). A weight that keeps every column
-  // (vector-wise N:M: each tile owns G adjacent columns) writes whole 16-byte runs of a row-major y directly.
-  // Callers that keep activations feature-major skip both.
+  // (vector-wise N:M: each tile owns G adjacent columns) writes whole 16-byte runs of a row-major y directly, but
+  // for the row-flexible kernel (path 7), which writes a feature-major y only. Callers that keep activations
+  // feature-major skip both.
   at::Tensor xt, yt;
   const bool transposes_x = !x_feature_major && M > tw::kGemvMaxM;
   const bool transposes_y =
-      !y_feature_major && M > tw::kGemvMaxM && pruned_cols.numel() > 0 && !tw::runs_gemv(w, p);
+      !y_feature_major && M > tw::kGemvMaxM && (pruned_cols.numel() > 0 || path == 7) && !tw::runs_gemv(w, p);
   const int64_t ldt = (M + 7) / 8 * 8;
   if (!transposes_x) {
     p.x = x.data_ptr();
@@ -466,7 +473,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         pybind11::arg("res_ptr"), pybind11::arg("res_rows"), pybind11::arg("res_vals"), pybind11::arg("K"),
         pybind11::arg("N"), pybind11::arg("granularity"), pybind11::arg("max_tile_k"),
         pybind11::arg("activation"), pybind11::arg("x_feature_major"),
-        pybind11::arg("y_feature_major"), pybind11::arg("path") = 0);
+        pybind11::arg("y_feature_major"), pybind11::arg("path") = 0, pybind11::arg("host_tile_ptr") = pybind11::none());
   m.def("nm_matmul", &nm_matmul, "N:M sparse GEMM on CUDA cores: act(x @ B + bias) from the packed N:M layout",
         pybind11::arg("x"), pybind11::arg("values"), pybind11::arg("idx"), pybind11::arg("bias"), pybind11::arg("K"),
         pybind11::arg("N"), pybind11::arg("m"), pybind11::arg("kept"), pybind11::arg("vector"),

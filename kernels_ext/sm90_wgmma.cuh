@@ -164,77 +164,34 @@ __device__ __forceinline__ void wgmma_fence_operand(float& r) { asm volatile("" 
 template <int N, typename T>
 __device__ __forceinline__ void wgmma_mn_major(float* d, uint64_t desc_a, uint64_t desc_b);
 
-template <>
-__device__ __forceinline__ void wgmma_mn_major<64, __half>(float* d, uint64_t desc_a, uint64_t desc_b) {
-  asm volatile(
-      "{\n.reg .pred p;\n"
-      "setp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-      "%32, %33, p, 1, 1, 1, 1;\n"
-      "}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "l"(desc_a), "l"(desc_b), "r"(1));
-}
+// Eight accumulator operands d[i .. i + 7] of the asm statements below.
+#define SPARSEPRUNE_ACC8(i)                                                                                  \
+  "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), \
+      "+f"(d[i + 7])
+// wgmma_mn_major<N, T>: D(64 x N) += A B, both operands MN-major (transposed), scale-d on. REGS names the N / 2
+// accumulator registers %0 .., DESC the two descriptor operands and the scale-d flag after them.
+#define SPARSEPRUNE_WGMMA_MN(N, T, PTX_TYPE, REGS, DESC_A, DESC_B, SCALE_D, ...)                            \
+  template <>                                                                                               \
+  __device__ __forceinline__ void wgmma_mn_major<N, T>(float* d, uint64_t desc_a, uint64_t desc_b) {       \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " SCALE_D ", 0;\n"                                      \
+                 "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." PTX_TYPE "." PTX_TYPE " {" REGS "}, " DESC_A \
+                 ", " DESC_B ", p, 1, 1, 1, 1;\n}\n"                                                          \
+                 : __VA_ARGS__                                                                              \
+                 : "l"(desc_a), "l"(desc_b), "r"(1));                                                       \
+  }
 
-template <>
-__device__ __forceinline__ void wgmma_mn_major<64, __nv_bfloat16>(float* d, uint64_t desc_a, uint64_t desc_b) {
-  asm volatile(
-      "{\n.reg .pred p;\n"
-      "setp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-      "%32, %33, p, 1, 1, 1, 1;\n"
-      "}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "l"(desc_a), "l"(desc_b), "r"(1));
-}
-
-template <>
-__device__ __forceinline__ void wgmma_mn_major<128, __half>(float* d, uint64_t desc_a, uint64_t desc_b) {
-  asm volatile(
-      "{\n.reg .pred p;\n"
-      "setp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-      "%64, %65, p, 1, 1, 1, 1;\n"
-      "}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "l"(desc_a), "l"(desc_b), "r"(1));
-}
-
-template <>
-__device__ __forceinline__ void wgmma_mn_major<128, __nv_bfloat16>(float* d, uint64_t desc_a, uint64_t desc_b) {
-  asm volatile(
-      "{\n.reg .pred p;\n"
-      "setp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-      "%64, %65, p, 1, 1, 1, 1;\n"
-      "}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "l"(desc_a), "l"(desc_b), "r"(1));
-}
+SPARSEPRUNE_WGMMA_MN(64, __half, "f16", "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31", "%32", "%33", "%34", SPARSEPRUNE_ACC8(0), SPARSEPRUNE_ACC8(8), SPARSEPRUNE_ACC8(16), SPARSEPRUNE_ACC8(24))
+SPARSEPRUNE_WGMMA_MN(64, __nv_bfloat16, "bf16", "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31", "%32", "%33", "%34", SPARSEPRUNE_ACC8(0), SPARSEPRUNE_ACC8(8), SPARSEPRUNE_ACC8(16), SPARSEPRUNE_ACC8(24))
+SPARSEPRUNE_WGMMA_MN(80, __half, "f16", "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39", "%40", "%41", "%42", SPARSEPRUNE_ACC8(0), SPARSEPRUNE_ACC8(8), SPARSEPRUNE_ACC8(16), SPARSEPRUNE_ACC8(24), SPARSEPRUNE_ACC8(32))
+SPARSEPRUNE_WGMMA_MN(80, __nv_bfloat16, "bf16", "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39", "%40", "%41", "%42", SPARSEPRUNE_ACC8(0), SPARSEPRUNE_ACC8(8), SPARSEPRUNE_ACC8(16), SPARSEPRUNE_ACC8(24), SPARSEPRUNE_ACC8(32))
+SPARSEPRUNE_WGMMA_MN(96, __half, "f16", "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47", "%48", "%49", "%50", SPARSEPRUNE_ACC8(0), SPARSEPRUNE_ACC8(8), SPARSEPRUNE_ACC8(16), SPARSEPRUNE_ACC8(24), SPARSEPRUNE_ACC8(32), SPARSEPRUNE_ACC8(40))
+SPARSEPRUNE_WGMMA_MN(96, __nv_bfloat16, "bf16", "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47", "%48", "%49", "%50", SPARSEPRUNE_ACC8(0), SPARSEPRUNE_ACC8(8), SPARSEPRUNE_ACC8(16), SPARSEPRUNE_ACC8(24), SPARSEPRUNE_ACC8(32), SPARSEPRUNE_ACC8(40))
+SPARSEPRUNE_WGMMA_MN(112, __half, "f16", "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55", "%56", "%57", "%58", SPARSEPRUNE_ACC8(0), SPARSEPRUNE_ACC8(8), SPARSEPRUNE_ACC8(16), SPARSEPRUNE_ACC8(24), SPARSEPRUNE_ACC8(32), SPARSEPRUNE_ACC8(40), SPARSEPRUNE_ACC8(48))
+SPARSEPRUNE_WGMMA_MN(112, __nv_bfloat16, "bf16", "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55", "%56", "%57", "%58", SPARSEPRUNE_ACC8(0), SPARSEPRUNE_ACC8(8), SPARSEPRUNE_ACC8(16), SPARSEPRUNE_ACC8(24), SPARSEPRUNE_ACC8(32), SPARSEPRUNE_ACC8(40), SPARSEPRUNE_ACC8(48))
+SPARSEPRUNE_WGMMA_MN(128, __half, "f16", "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63", "%64", "%65", "%66", SPARSEPRUNE_ACC8(0), SPARSEPRUNE_ACC8(8), SPARSEPRUNE_ACC8(16), SPARSEPRUNE_ACC8(24), SPARSEPRUNE_ACC8(32), SPARSEPRUNE_ACC8(40), SPARSEPRUNE_ACC8(48), SPARSEPRUNE_ACC8(56))
+SPARSEPRUNE_WGMMA_MN(128, __nv_bfloat16, "bf16", "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63", "%64", "%65", "%66", SPARSEPRUNE_ACC8(0), SPARSEPRUNE_ACC8(8), SPARSEPRUNE_ACC8(16), SPARSEPRUNE_ACC8(24), SPARSEPRUNE_ACC8(32), SPARSEPRUNE_ACC8(40), SPARSEPRUNE_ACC8(48), SPARSEPRUNE_ACC8(56))
+#undef SPARSEPRUNE_WGMMA_MN
+#undef SPARSEPRUNE_ACC8
 
 // One K step of a warpgroup: K16Steps k16 MMAs for each of its MIWG 64-row blocks of A (slabs first_slab ..),
 // all sharing B. sa/sb are shared-memory byte addresses of stages laid out by slab_offset.

@@ -729,6 +729,10 @@ bool wgmma_available();
 const char* launch_wgmma(const PackedTile& w, const Problem& p, const Plan& plan);
 // Implemented in tw_gemm_sm90_ws.cu: the warp-specialized, persistent wgmma kernel (same contract).
 const char* launch_wgmma_ws(const PackedTile& w, const Problem& p, const Plan& plan);
+// Implemented in tw_gemm_sm90_rows.cu: the row-flexible kernel (kWgmmaRows), and why it cannot take a call (nullptr
+// when it can): it needs G 64/128, a feature-major y without TEW residual, at most 64 tiles and host_tile_ptr.
+const char* launch_wgmma_rows(const PackedTile& w, const Problem& p);
+const char* rows_unsupported(const PackedTile& w, const Problem& p);
 // Whether the warp-specialized configuration for (G, block_m) finishes items only into a feature-major y without
 // split-K or TEW residual (its epilogue buffers gave their room to another ring stage).
 bool ws_needs_direct_epilogue(int granularity, int block_m);

@@ -344,6 +344,9 @@ const char* run(const PackedTile& w, const Problem& p) {
     case Path::kWgmmaWs:
       e = launch_wgmma_ws(w, p, plan);
       break;
+    case Path::kWgmmaRows:
+      e = launch_wgmma_rows(w, p);
+      break;
     case Path::kMmaSync:
       e = dispatch_mma<T>(w, p, plan);
       break;
@@ -355,7 +358,7 @@ const char* run(const PackedTile& w, const Problem& p) {
   // Without a K split the GEMVs and the mma.sync kernel finish every column themselves, and the warp-specialized
   // kernel a feature-major y's.
   if (plan.path == Path::kGemv || plan.path == Path::kGemvMma || plan.path == Path::kMmaSync) return nullptr;
-  if (plan.path == Path::kWgmmaWs && fills_pruned_columns(p, 1)) return nullptr;
+  if (plan.path == Path::kWgmmaRows || (plan.path == Path::kWgmmaWs && fills_pruned_columns(p, 1))) return nullptr;
   return run_finalize<T>(w, p, false);
 }
 
@@ -367,10 +370,13 @@ Plan make_plan(const PackedTile& w, const Problem& p) {
   Plan plan{};
   const bool hopper_ok = (w.granularity == 64 || w.granularity == 128) && wgmma_available();
   const Path wanted = p.path == Path::kAuto ? (hopper_ok ? Path::kWgmmaWs : Path::kMmaSync) : p.path;
-  const bool wants_wgmma = wanted == Path::kWgmma || wanted == Path::kWgmmaWs;
+  const bool wants_wgmma = wanted == Path::kWgmma || wanted == Path::kWgmmaWs || wanted == Path::kWgmmaRows;
   if (wants_wgmma && !hopper_ok) {
     plan.path = Path::kUnavailable;
     return plan;
+  }
+  if (wanted == Path::kWgmmaRows) {  // every height of item in one launch, no K split (tw_gemm_sm90_rows.cu)
+    return Plan{Path::kWgmmaRows, 0, 1};
   }
   plan.path = wants_wgmma ? wanted : Path::kMmaSync;
   if (wants_wgmma) {

@@ -14,7 +14,17 @@ enum class Activation : int { kNone = 0, kRelu = 1, kGelu = 2 };
 // Kernel family: auto picks a GEMV for M <= kSmallM (on CUDA cores, or kGemvMma on tensor cores), the tensor-core
 // GEMV up to kMmaGemvMaxM where its CTAs are few, else the warp-specialized wgmma kernel on Hopper builds, else
 // mma.sync. kWgmma is the earlier wgmma kernel (every thread loads and multiplies), kept for A/B comparison.
-enum class Path : int { kAuto = 0, kMmaSync = 1, kWgmma = 2, kWgmmaWs = 3, kGemv = 4, kGemvMma = 5, kUnavailable = 6 };
+// kWgmmaRows is the Hopper kernel with items of 64-128 rows in steps of 16 (tw_gemm_sm90_rows.cu).
+enum class Path : int {
+  kAuto = 0,
+  kMmaSync = 1,
+  kWgmma = 2,
+  kWgmmaWs = 3,
+  kGemv = 4,
+  kGemvMma = 5,
+  kUnavailable = 6,
+  kWgmmaRows = 7,
+};
 
 // Packed TW weight (see sparseprune/export/formats/tw.py). Tile t owns columns cols[t*G .. t*G+G) (-1 pads) and
 // kept K rows rows[tile_ptr[t] .. tile_ptr[t+1]) (-1 pads, a multiple of kKStep); its values are a dense
@@ -23,6 +33,7 @@ struct PackedTile {
   const void* values;
   const int32_t* rows;
   const int32_t* tile_ptr;
+  const int32_t* host_tile_ptr;  // tile_ptr in host memory (the row-flexible kernel's schedule), or nullptr
   const int32_t* cols;
   const int32_t* col_pos;      // [N]: position of column n in cols, or -1 when pruned
   const int32_t* pruned_cols;  // [num_pruned]

@@ -21,17 +21,11 @@
 
 #include <algorithm>
 
-#include "sm90_wgmma.cuh"
-#include "tw_device.cuh"
+#include "tw_sm90_ring.cuh"
 
 namespace sparseprune {
 namespace tw {
 namespace {
-
-// Registers per thread after the split: the gather needs few, the accumulators many; 128 * 72 + 256 * 216 is the
-// 384 * 168 the CTA launches with.
-constexpr int kProducerRegs = 72;
-constexpr int kConsumerRegs = 216;
 
 // BN = G output columns, BM rows per item. Ping-pong: one warpgroup per item, over all BM rows. Cooperative: both
 // warpgroups on every item, warpgroup 0 on the first half of its 64-row blocks (the larger one, for 192 rows), 1 on
@@ -83,14 +77,6 @@ struct WorkItem {
   bool skip;
 };
 
-// Item of this CTA in round r of the static schedule: items are numbered tile-major and tiles come heaviest first,
-// so each round hands out the heaviest remaining items; the direction alternates per round (CTA b takes b, then
-// 2*grid-1-b, ...) so that no CTA collects the heaviest item of every round.
-__device__ __forceinline__ int scheduled_item(int round) {
-  const int grid = static_cast<int>(gridDim.x), b = static_cast<int>(blockIdx.x);
-  return round * grid + ((round & 1) ? grid - 1 - b : b);
-}
-
 // This CTA's item of round `round`. The consumers load items two rounds before they start them, so the tile_ptr
 // loads run under the current item instead of between two (each cost a consumer ~700 cycles per item).
 template <typename Cfg>
@@ -118,22 +104,6 @@ __device__ __forceinline__ int schedule_rounds(const PackedTile& w, int m_blocks
   const int grid = static_cast<int>(gridDim.x);
   return (w.num_tiles * m_blocks * splits + grid - 1) / grid;
 }
-
-// How a producer thread covers one operand of a stage (64 K rows x Chunks 16-byte chunks): chunks c0 +
-// kLanesPerRow h of rows r0 + j * kRowStep. The row step is a multiple of 8, so each copy's swizzled address is the
-// first one's plus a compile-time offset, and rows r0 + j * kRowStep < 32 exactly for the first 32 / kRowStep
-// values of j. 16 lanes per row where the chunks come in 16s, else 8 (one 64-element slab row each).
-template <int Chunks>
-struct StageCover {
-  static constexpr int kLanesPerRow = Chunks % 16 == 0 ? 16 : 8;
-  static constexpr int kRowStep = 128 / kLanesPerRow;
-  static constexpr int kRowPasses = 64 / kRowStep, kHalves = Chunks / kLanesPerRow;
-  static_assert(Chunks % 8 == 0 && kRowStep % 8 == 0 && 32 % kRowStep == 0,
-                "a 128-thread warpgroup covers whole 8-row groups of whole slabs");
-  static constexpr int dst_step(int j, int h, int slab_bytes) {
-    return j * (kRowStep / 8) * 1024 + h * (kLanesPerRow / 8) * slab_bytes;
-  }
-};
 
 // This CTA's share of a cooperative kernel's pruned-column fill, written after its producer's last stage: share `cta`
 // of `ctas`, or cta -1 for none. The CTAs without an item in the last round of the static schedule would idle
@@ -237,14 +207,6 @@ __device__ __forceinline__ void produce(const PackedTile& w, const Problem& p, c
     }
   }
   cp_async_wait<0>();  // nothing in flight when the warpgroup exits
-}
-
-template <int MIWG, int NACC>
-__device__ __forceinline__ void fence_accumulators(float (&acc)[MIWG][NACC]) {
-#pragma unroll
-  for (int i = 0; i < MIWG; ++i)
-#pragma unroll
-    for (int e = 0; e < NACC; ++e) wgmma_fence_operand(acc[i][e]);
 }
 
 // Epilogue of one consumer warpgroup (cwg) for one item, 64 rows at a time through the warpgroup's staging buffer:
@@ -380,14 +342,6 @@ __device__ __forceinline__ bool direct_epilogue(const Problem& p, const WorkItem
     }
   });
   return true;
-}
-
-// Moves a ring position `steps` stages on; the parity flips at every wrap.
-template <int Stages>
-__device__ __forceinline__ void advance_ring(int& stage, uint32_t& phase, int steps) {
-  stage += steps;
-  phase ^= static_cast<uint32_t>(stage / Stages) & 1u;
-  stage %= Stages;
 }
 
 // Consumer warpgroup cwg (0 or 1), with MIWG blocks of 64 rows. Cooperative: MMAs on its rows of every item, then
@@ -546,22 +500,6 @@ using Ws64x256 = WsConfig<64, 256, 4, true>;
 using Ws64x192 = WsConfig<64, 192, 4, true>;
 using Ws64x128 = WsConfig<64, 128, 6, false>;
 using Ws64x64 = WsConfig<64, 64, 8, false>;
-
-// Tensor map of the packed values (value_rows x G, row-major) in boxes of 64 rows x 64 columns, 128-byte swizzled:
-// one box is one slab of a stage's B operand, in the layout the wgmma descriptors read.
-const char* encode_values_map(const PackedTile& w, DType dtype, CUtensorMap* map) {
-  const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
-  if (encode == nullptr) return "the CUDA driver has no cuTensorMapEncodeTiled (needs CUDA 12 or newer)";
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(w.granularity), static_cast<cuuint64_t>(w.value_rows)};
-  const cuuint64_t row_bytes[1] = {static_cast<cuuint64_t>(w.granularity) * 2};
-  const cuuint32_t box[2] = {64, 64}, unit_strides[2] = {1, 1};
-  const CUtensorMapDataType type =
-      dtype == DType::kHalf ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
-  const CUresult r = encode(map, type, 2, const_cast<void*>(w.values), dims, row_bytes, box, unit_strides,
-                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  return r == CUDA_SUCCESS ? nullptr : "cuTensorMapEncodeTiled rejected the packed values (16-byte aligned?)";
-}
 
 // One persistent CTA per SM: at most one per item, unless the kernel writes pruned columns, which every SM helps
 // with.

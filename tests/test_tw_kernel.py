@@ -278,6 +278,63 @@ def test_uneven_cooperative_items(granularity: int) -> None:
     assert err_fm <= KERNEL_TOLERANCE[torch.float16], f"feature-major G={g}: rel err {err_fm:.2e}"
 
 
+# Row-flexible kernel cases (M, K, N): few tiles of uneven kept K (items of several heights), one round or many,
+# ragged M (row-major x only), a partial last block of every height.
+ROWS_SHAPES = [
+    (24, 520, 264),
+    (136, 1032, 776),
+    (1001, 776, 1032),
+    (2056, 776, 136),
+    (2056, 1544, 2056),
+    (4000, 3080, 776),
+    (4096, 1032, 3080),
+    (6272, 4608, 512),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("granularity", [64, 128])
+def test_row_flexible_kernel_matches_fp32_reference(dtype: torch.dtype, granularity: int) -> None:
+    """wgmma.rows, forced, on fresh inputs: tiles of different kept K (some empty) get items of different heights;
+    every activation; x and y in both orientations; repeated calls are bit-identical."""
+    if not _is_hopper():
+        pytest.skip("wgmma needs a Hopper GPU")
+    activations = itertools.cycle([None, "relu", "gelu"])
+    for i, (m, k, n) in enumerate(ROWS_SHAPES):
+        act = next(activations)
+        packed, x, bias, ref = _case(m, k, n, granularity, dtype, seed=300 + i, residual=False, activation=act)
+        assert packed.num_tiles <= 64, "the case must fit the kernel's schedule"
+        y = tw_matmul(x, packed, bias, act, kernel="wgmma.rows")
+        err = rel_err(y, ref)
+        assert err <= KERNEL_TOLERANCE[dtype], f"M={m} K={k} N={n} G={granularity} act={act}: rel err {err:.2e}"
+        torch.testing.assert_close(tw_matmul(x, packed, bias, act, kernel="wgmma.rows"), y, rtol=0, atol=0)
+        if m % 8 == 0:
+            yt = packed.matmul_feature_major(x.t().contiguous(), bias, act, kernel="wgmma.rows")
+            err_fm = rel_err(yt.t(), ref)
+            assert err_fm <= KERNEL_TOLERANCE[dtype], f"feature-major M={m} K={k} N={n}: rel err {err_fm:.2e}"
+
+
+def test_row_flexible_kernel_refuses_what_it_cannot_run() -> None:
+    """A TEW residual, G = 32 and more than 64 tiles get a clear error, not a wrong result."""
+    if not _is_hopper():
+        pytest.skip("wgmma needs a Hopper GPU")
+    packed, x, bias, _ = _case(256, 520, 264, 128, torch.float16, seed=1, residual=True, activation=None)
+    with pytest.raises(RuntimeError, match="TEW residual"):
+        tw_matmul(x, packed, bias, kernel="wgmma.rows")
+    packed32, x32, _, _ = _case(256, 128, 128, 32, torch.float16, seed=2, residual=False, activation=None)
+    with pytest.raises(RuntimeError, match="unavailable"):
+        tw_matmul(x32, packed32, kernel="wgmma.rows")
+    gen = torch.Generator().manual_seed(3)
+    k, n = 256, 64 * 80
+    mask = torch.zeros(k, n, dtype=torch.bool)
+    for t in range(n // 64):  # 80 tiles of their own rows
+        mask[torch.randperm(k, generator=gen)[:64], t * 64 : (t + 1) * 64] = True
+    many = pack_tw(torch.randn(k, n, generator=gen), mask, 64).to("cuda", torch.float16)
+    assert many.num_tiles == 80
+    with pytest.raises(RuntimeError, match="at most 64 tiles"):
+        tw_matmul(torch.randn(256, k, device="cuda", dtype=torch.float16), many, kernel="wgmma.rows")
+
+
 def test_hopper_kernels_agree_and_repeat() -> None:
     """The warp-specialized kernel matches the earlier wgmma one and mma.sync, and gives bit-identical results on
     repeated calls (no split-K here, so no atomics)."""

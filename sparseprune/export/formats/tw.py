@@ -12,6 +12,7 @@ including tiles that lost all their rows.
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
@@ -31,8 +32,8 @@ GRANULARITIES = (32, 64, 128)
 ACTIVATIONS = {None: 0, "relu": 1, "gelu": 2}
 # Tensor-core family for M > 16: "auto" picks the tensor-core GEMV "gemv.mma" up to MMA_GEMV_MAX_M rows where its
 # CTAs are few, else the warp-specialized "wgmma.ws" on Hopper (G 64/128), else mma.sync; "wgmma" is the earlier
-# Hopper kernel, kept for comparison.
-KERNELS = {"auto": 0, "mma.sync": 1, "wgmma": 2, "wgmma.ws": 3, "gemv.mma": 5}
+# Hopper kernel, kept for comparison; "wgmma.rows" the Hopper kernel whose items take 64-128 rows of x, per tile.
+KERNELS = {"auto": 0, "mma.sync": 1, "wgmma": 2, "wgmma.ws": 3, "gemv.mma": 5, "wgmma.rows": 7}
 MMA_GEMV_MAX_M = 256  # must match kMmaGemvMaxM in kernels_ext/tw_gemm.h
 KERNEL_DTYPES = (torch.float16, torch.bfloat16)
 
@@ -58,6 +59,11 @@ class PackedTW:
     @property
     def num_tiles(self) -> int:
         return self.tile_ptr.numel() - 1
+
+    @functools.cached_property
+    def host_tile_ptr(self) -> torch.Tensor:
+        """tile_ptr in host memory, copied once per weight: the row-flexible kernel's host plans its items from it."""
+        return self.tile_ptr.to("cpu", torch.int32).contiguous()
 
     @property
     def has_residual(self) -> bool:
@@ -205,6 +211,7 @@ class PackedTW:
             x_feature_major,
             y_feature_major,
             KERNELS[kernel],
+            self.host_tile_ptr if kernel == "wgmma.rows" else None,
         )
 
 

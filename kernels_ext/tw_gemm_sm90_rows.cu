@@ -1,0 +1,437 @@
+// Tile-wise sparse GEMM on Hopper with items of 64 to 128 rows of x in steps of 16 (kernel "wgmma.rows"). The
+// warp-specialized kernel's items are multiples of 64 rows, wgmma's M, so a problem of few tiles hands the SMs few,
+// uneven items: BERT FFN out at 75% keeps three tiles of 1029 to 1910 rows, 96 items of 128 rows on 132 SMs, and the
+// heaviest tile sets the time. Here the operands swap roles: the packed values are wgmma's A (M = the tile's G
+// columns, 64 at a time) and the gathered rows of xT its B, whose N may be any multiple of 8. The host gives each
+// tile its own item height, short items on heavy tiles, so that the items spread evenly over the SMs. Otherwise as
+// the warp-specialized kernel: a producer warpgroup gathers kept rows of xT into a ring of swizzled stages with
+// cp.async while the TMA unit loads the values, and two consumer warpgroups take the items in turn, one's epilogue
+// under the other's MMAs. It writes a feature-major y only, without split-K or TEW residual: an item's outputs
+// through stmatrix and one bulk copy per column, the pruned columns while a consumer waits for its turn.
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "tw_sm90_ring.cuh"
+
+namespace sparseprune {
+namespace tw {
+namespace {
+
+// Item heights: kRowsMin + kRowsStep * code rows of x, code < kRowCodes.
+constexpr int kRowsMin = 64, kRowsStep = 16, kRowCodes = 5, kRowsMax = kRowsMin + kRowsStep * (kRowCodes - 1);
+constexpr int kRowsMaxTiles = 64;  // tiles a schedule describes (a kernel parameter)
+constexpr int kRowsStages = 4;  // six were no faster (BERT and VGG16 shapes, H200)
+
+// The static schedule, a kernel parameter: positions in the order their items are handed out (heaviest items
+// first), each a tile with one item height. Items of position q are first_item[q] .. first_item[q + 1] - 1, one
+// per block of that many rows of x.
+struct RowsSchedule {
+  int32_t positions;
+  int32_t items;
+  int32_t first_item[kRowsMaxTiles + 1];
+  int16_t tile[kRowsMaxTiles];
+  uint8_t rows_code[kRowsMaxTiles];
+};
+
+template <int BN>
+struct RowsConfig {
+  static constexpr int kBN = BN, kBK = 64, kStages = kRowsStages, kValueSlabs = BN / 64;
+  static constexpr int kWarpgroup = 128, kThreads = 3 * kWarpgroup, kWarpsPerGroup = kWarpgroup / 32;
+  static constexpr int kSlabBytes = kBK * 128;  // 64 elements x 64 K rows
+  static constexpr int kXStageBytes = kRowsMax / 64 * kSlabBytes, kVStageBytes = kValueSlabs * kSlabBytes;
+  static constexpr int kStageBytes = kXStageBytes + kVStageBytes;
+  // Each consumer warpgroup stages its item's outputs in its own buffer, one tile column of up to kRowsMax rows
+  // per buffer row (8 more, so stmatrix's eight rows fall in different banks), for the bulk copies to y.
+  static constexpr int kEpiLd = kRowsMax + 8, kEpiBytes = BN * kEpiLd * 2;
+  static constexpr int kPipeBytes = kStages * kStageBytes;
+  static constexpr int kBarOffset = kPipeBytes + 2 * kEpiBytes;
+  static constexpr int kSmemBytes = kBarOffset + (2 * kStages + 2) * 8;
+  static_assert(kSmemBytes <= 227 * 1024, "fits an SM's shared memory");
+};
+
+struct RowsItem {
+  int tile, rows, p0, p_end, ksteps;
+  int64_t m0;
+  bool skip;
+};
+
+// This CTA's item of round `round`: the position by binary search over first_item.
+__device__ __forceinline__ RowsItem rows_item(const PackedTile& w, const RowsSchedule& s, int round) {
+  RowsItem it{};
+  const int item = scheduled_item(round);
+  it.skip = item >= s.items;
+  if (it.skip) return it;
+  int lo = 0, hi = s.positions - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (s.first_item[mid] <= item) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  it.tile = s.tile[lo];
+  it.rows = kRowsMin + kRowsStep * s.rows_code[lo];
+  it.m0 = static_cast<int64_t>(item - s.first_item[lo]) * it.rows;
+  it.p0 = w.tile_ptr[it.tile];
+  it.p_end = w.tile_ptr[it.tile + 1];
+  it.ksteps = (it.p_end - it.p0 + 63) / 64;
+  return it;
+}
+
+__device__ __forceinline__ int schedule_rounds(const RowsSchedule& s) {
+  return (s.items + static_cast<int>(gridDim.x) - 1) / static_cast<int>(gridDim.x);
+}
+
+#ifdef SPARSEPRUNE_WGMMA
+// Producer warpgroup: one stage per K step (64 kept rows) of each item, the item's rows of xT (16-byte chunks of 8
+// rows; none past its height) and the step's values.
+template <typename T, typename Cfg>
+__device__ __forceinline__ void produce_rows(const PackedTile& w, const Problem& p, const RowsSchedule& s,
+                                             const CUtensorMap& values_map, uint32_t ring, uint32_t full,
+                                             uint32_t empty) {
+  using X = StageCover<kRowsMax / 8>;
+  constexpr int BK = Cfg::kBK, kSlab = Cfg::kSlabBytes;
+  const int tid = threadIdx.x, lane = tid & 31;
+  const int x_r0 = tid / X::kLanesPerRow, chunk = tid % X::kLanesPerRow;
+  static_assert(X::kHalves == 1, "one chunk of rows per thread and K row");
+  const uint32_t x_dst = slab_offset(x_r0, chunk, kSlab);
+  const T* x = static_cast<const T*>(p.x);
+  if (tid == 0) prefetch_tensormap(&values_map);
+  wait_for_prerequisite_grid();  // x may come from the transpose launched just before
+  const auto fetch_rows = [&](const RowsItem& it, int ks, int& lo, int& hi) {
+    const int kg = it.p0 + ks * BK + lane;
+    lo = ks < it.ksteps && kg < it.p_end ? __ldg(w.rows + kg) : -1;
+    hi = ks < it.ksteps && kg + 32 < it.p_end ? __ldg(w.rows + kg + 32) : -1;
+  };
+  int stage = 0;
+  uint32_t phase = 0;
+  const int rounds = schedule_rounds(s);
+  for (int round = 0; round < rounds; ++round) {
+    const RowsItem it = rows_item(w, s, round);
+    if (it.skip) continue;
+    int rows_lo, rows_hi;
+    fetch_rows(it, 0, rows_lo, rows_hi);
+    const int64_t m = it.m0 + chunk * 8;
+    const bool copies = chunk * 8 < it.rows && m < p.M;  // zeros elsewhere (the MMA reads the item's rows only)
+    const T* src_m = x + m;
+    for (int ks = 0; ks < it.ksteps; ++ks) {
+      int next_lo, next_hi;
+      fetch_rows(it, ks + 1, next_lo, next_hi);
+      mbarrier_wait(empty + stage * 8, phase ^ 1);
+      const uint32_t sx = ring + stage * Cfg::kStageBytes;
+#pragma unroll
+      for (int j = 0; j < X::kRowPasses; ++j) {
+        const int r = x_r0 + j * X::kRowStep;
+        const int row = __shfl_sync(0xffffffffu, j * X::kRowStep < 32 ? rows_lo : rows_hi, r & 31);
+        // Branch-free: a branch around each copy put a convergence barrier on it and halved the gather's rate.
+        const T* src = src_m + static_cast<int64_t>(row) * p.sxk;
+        const bool ok = copies && row >= 0;
+        cp_async16_to(sx + x_dst + X::dst_step(j, 0, kSlab), ok ? src : x, ok ? 16 : 0);
+      }
+      if (tid == 0) {
+        mbarrier_arrive_expect_tx(full + stage * 8, Cfg::kVStageBytes);
+#pragma unroll
+        for (int h = 0; h < Cfg::kValueSlabs; ++h) {
+          tma_load_2d(sx + Cfg::kXStageBytes + h * kSlab, &values_map, 64 * h, it.p0 + ks * BK, full + stage * 8);
+        }
+      }
+      cp_async_mbarrier_arrive(full + stage * 8);
+      if (++stage == Cfg::kStages) {
+        stage = 0;
+        phase ^= 1;
+      }
+      rows_lo = next_lo;
+      rows_hi = next_hi;
+    }
+  }
+  cp_async_wait<0>();  // nothing in flight when the warpgroup exits
+}
+
+// The columns of a thread's accumulator rows (tile columns 64 i + 16 warp + lane / 4 + 8 h) with their biases, and
+// the column whose bulk copy it sends (tile column wtid, for the first G threads).
+template <int BN>
+struct ThreadColumns {
+  int col[BN / 64][2];
+  float bias[BN / 64][2];
+  int copy_col;
+};
+
+// One item of `Rows` rows on consumer warpgroup cwg: its MMAs, the other warpgroup's turn, then its outputs. The
+// accumulators live here, sized for this height; each height is its own instantiation. The outputs go through the
+// warpgroup's buffer (stmatrix: eight rows of one tile column per 16 bytes) and leave as one bulk copy per tile
+// column, a run of the item's rows of a feature-major y: storing them from the accumulators, four bytes per lane,
+// took 4-8 us of BERT's 15-25 us calls.
+template <typename T, typename Cfg, int Rows>
+__device__ __forceinline__ void consume_item(const Problem& p, const RowsItem& it, ThreadColumns<Cfg::kBN>& cols,
+                                             int cwg, uint32_t ring, uint32_t full, uint32_t empty, uint32_t order,
+                                             unsigned char* stage_c, int& stage, uint32_t& phase) {
+  constexpr int MI = Cfg::kValueSlabs, NACC = Rows / 2, kSlab = Cfg::kSlabBytes, kLd = Cfg::kEpiLd;
+  const bool release_lane = (threadIdx.x & 31) == 0;
+  float acc[MI][NACC];
+#pragma unroll
+  for (int i = 0; i < MI; ++i)
+#pragma unroll
+    for (int e = 0; e < NACC; ++e) acc[i][e] = 0.0f;
+  int held = -1;  // stage whose MMAs may still be running
+  for (int ks = 0; ks < it.ksteps; ++ks) {
+    mbarrier_wait(full + stage * 8, phase);
+    const uint32_t sx = ring + stage * Cfg::kStageBytes, sv = sx + Cfg::kXStageBytes;
+    fence_accumulators(acc);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < Cfg::kBK / 16; ++kk) {
+      const uint64_t desc_x = wgmma_desc(sx + kk * 2048, kSlab, 1024);
+#pragma unroll
+      for (int i = 0; i < MI; ++i) {
+        wgmma_mn_major<Rows, T>(acc[i], wgmma_desc(sv + i * kSlab + kk * 2048, kSlab, 1024), desc_x);
+      }
+    }
+    wgmma_commit();
+    wgmma_wait<1>();  // the previous step's MMAs are done: its stage goes back to the producer
+    fence_accumulators(acc);
+    if (held >= 0 && release_lane) mbarrier_arrive(empty + held * 8);
+    held = stage;
+    if (++stage == Cfg::kStages) {
+      stage = 0;
+      phase ^= 1;
+    }
+  }
+  if (release_lane) mbarrier_arrive(order + 8 * (1 - cwg));  // every stage of this item waited on: the other's turn
+  const T* bias = static_cast<const T*>(p.bias);
+#pragma unroll
+  for (int i = 0; i < MI; ++i)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int col = cols.col[i][h];
+      cols.bias[i][h] = bias != nullptr && col >= 0 ? to_float(bias[col]) : 0.0f;
+    }
+  wgmma_wait<0>();
+  fence_accumulators(acc);
+  if (held >= 0 && release_lane) mbarrier_arrive(empty + held * 8);
+  const int wtid = threadIdx.x % Cfg::kWarpgroup, lane = wtid & 31, warp = wtid >> 5, bar_id = 1 + cwg;
+  const uint32_t s_tile = smem_addr(stage_c);
+  bulk_wait_read();  // this thread's copies of its previous item have left the buffer
+  named_barrier_sync<Cfg::kWarpgroup>(bar_id);
+  // Accumulator 4 j + 2 h + e of block i: tile column 64 i + 16 warp + 8 h + lane / 4, row 8 j + 2 (lane % 4) + e.
+  // stmatrix_x4 matrix q takes h = q % 2 and row block j + q / 2; lane 8 q + r addresses its row r.
+  const int q = lane >> 3, r = lane & 7;
+  const uint32_t lane_dst = s_tile + ((16 * warp + 8 * (q & 1) + r) * kLd + 8 * (q >> 1)) * sizeof(T);
+  with_activation(p.activation, [&](auto act) {
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+      for (int j = 0; j < Rows / 8; j += 2) {
+        const float b0 = cols.bias[i][0], b1 = cols.bias[i][1];
+        const float* a = &acc[i][4 * j];
+        float v[8] = {a[0] + b0, a[1] + b0, a[2] + b1, a[3] + b1, a[4] + b0, a[5] + b0, a[6] + b1, a[7] + b1};
+        activate_fixed<decltype(act)::value>(v);
+        stmatrix_x4(lane_dst + (64 * i * kLd + 8 * j) * sizeof(T), pack2<T>(v[0], v[1]), pack2<T>(v[2], v[3]),
+                    pack2<T>(v[4], v[5]), pack2<T>(v[6], v[7]));
+      }
+  });
+  fence_proxy_async();  // the bulk copies read the buffer through the async proxy
+  named_barrier_sync<Cfg::kWarpgroup>(bar_id);
+  // Rows past M round up to 8: a feature-major y's columns are runs of a multiple of 8 rows (y_vec16), or the
+  // binding's transposed y, padded to one.
+  const int64_t rows = p.M - it.m0 < Rows ? p.M - it.m0 : Rows;
+  if (wtid < Cfg::kBN && cols.copy_col >= 0 && rows > 0) {
+    T* dst = static_cast<T*>(p.y) + static_cast<int64_t>(cols.copy_col) * p.syn + it.m0;
+    bulk_copy_to_global(dst, s_tile + wtid * kLd * sizeof(T), static_cast<uint32_t>((rows + 7) / 8 * 8 * sizeof(T)));
+  }
+  bulk_commit();
+}
+
+// Consumer warpgroup cwg (0 or 1): the CTA's items alternate between the two; for each of its own it waits for its
+// turn (writing pruned columns meanwhile), then consume_item of the item's height; it skips the other's stages.
+template <typename T, typename Cfg>
+__device__ __forceinline__ void consume_rows(const PackedTile& w, const Problem& p, const RowsSchedule& s, int cwg,
+                                             uint32_t ring, uint32_t full, uint32_t empty, uint32_t order,
+                                             unsigned char* stage_c) {
+  constexpr int BN = Cfg::kBN, kFillWarps = 2 * Cfg::kWarpsPerGroup;
+  wait_for_prerequisite_grid();
+  const int wtid = threadIdx.x % Cfg::kWarpgroup, lane = wtid & 31, warp = wtid / 32;
+  const int rounds = schedule_rounds(s);
+  int stage = 0, turn = 0;
+  uint32_t phase = 0, order_parity = cwg == 0 ? 1 : 0;  // warpgroup 0 goes first: a fresh barrier passes parity 1
+  PrunedColumnFill<T> fill(w, p,
+                           static_cast<int64_t>(blockIdx.x) * kFillWarps + cwg * Cfg::kWarpsPerGroup + warp,
+                           static_cast<int64_t>(gridDim.x) * kFillWarps);
+  RowsItem next = rows_item(w, s, 0), after = rows_item(w, s, 1);  // a warpgroup's next own item: two rounds on
+  for (int round = 0; round < rounds; ++round) {
+    const RowsItem it = next;
+    next = after;
+    after = rows_item(w, s, round + 2);
+    if (it.skip) continue;
+    if ((turn++ & 1) != cwg) {
+      advance_ring<Cfg::kStages>(stage, phase, it.ksteps);
+      continue;
+    }
+    ThreadColumns<BN> cols;
+#pragma unroll
+    for (int i = 0; i < BN / 64; ++i)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) cols.col[i][h] = w.cols[it.tile * BN + 64 * i + 16 * warp + lane / 4 + 8 * h];
+    cols.copy_col = wtid < BN ? w.cols[it.tile * BN + wtid] : -1;
+    while (!mbarrier_test_wait(order + 8 * cwg, order_parity)) {
+      if (!fill.done()) fill.step(w, p);
+    }
+    order_parity ^= 1;
+    switch (it.rows) {
+      case 64: consume_item<T, Cfg, 64>(p, it, cols, cwg, ring, full, empty, order, stage_c, stage, phase); break;
+      case 80: consume_item<T, Cfg, 80>(p, it, cols, cwg, ring, full, empty, order, stage_c, stage, phase); break;
+      case 96: consume_item<T, Cfg, 96>(p, it, cols, cwg, ring, full, empty, order, stage_c, stage, phase); break;
+      case 112: consume_item<T, Cfg, 112>(p, it, cols, cwg, ring, full, empty, order, stage_c, stage, phase); break;
+      default: consume_item<T, Cfg, 128>(p, it, cols, cwg, ring, full, empty, order, stage_c, stage, phase); break;
+    }
+  }
+  while (!fill.done()) fill.step(w, p);
+  bulk_wait_read();  // the buffer stays allocated until the last copies have read it
+}
+#endif
+
+template <typename T, typename Cfg>
+__global__ void __launch_bounds__(Cfg::kThreads, 1)
+    tw_wgmma_rows_kernel(PackedTile w, Problem p, const __grid_constant__ CUtensorMap values_map,
+                         const __grid_constant__ RowsSchedule schedule) {
+#ifdef SPARSEPRUNE_WGMMA
+  extern __shared__ __align__(1024) unsigned char smem[];
+  const uint32_t ring = smem_addr(smem);
+  if ((ring & 1023) != 0) __trap();  // 128-byte swizzle atoms must sit on 1024-byte boundaries
+  const uint32_t full = ring + Cfg::kBarOffset, empty = full + Cfg::kStages * 8, order = empty + Cfg::kStages * 8;
+  const int wg = threadIdx.x / Cfg::kWarpgroup;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < Cfg::kStages; ++s) {
+      mbarrier_init(full + s * 8, Cfg::kWarpgroup + 1);  // one cp.async arrival per producer thread, one expect_tx
+      mbarrier_init(empty + s * 8, Cfg::kWarpsPerGroup);  // one per warp of the consuming warpgroup
+    }
+    mbarrier_init(order, Cfg::kWarpsPerGroup);  // one arrival per warp of the other warpgroup
+    mbarrier_init(order + 8, Cfg::kWarpsPerGroup);
+    fence_mbarrier_init();
+  }
+  __syncthreads();
+  if (wg == 0) {
+    setmaxnreg_dec<kProducerRegs>();
+    produce_rows<T, Cfg>(w, p, schedule, values_map, ring, full, empty);
+  } else {
+    setmaxnreg_inc<kConsumerRegs>();
+    consume_rows<T, Cfg>(w, p, schedule, wg - 1, ring, full, empty, order, smem + Cfg::kPipeBytes + (wg - 1) * Cfg::kEpiBytes);
+  }
+#else
+  __trap();  // built without sm_90a: the host never selects this kernel (see wgmma_available)
+#endif
+}
+
+// Cost of one item in the host's model: its K steps times its rows plus kItemRowsOverhead, the per-row-block
+// share of reading the tile's values and of the item's fixed costs, counted as that many more rows.
+constexpr int64_t kItemRowsOverhead = 32;
+
+int64_t item_cost(int kept, int rows) { return static_cast<int64_t>(cdiv(kept, 64)) * (rows + kItemRowsOverhead); }
+
+// Busiest CTA's cost under the kernel's static schedule (scheduled_item) for items sorted heaviest first.
+int64_t schedule_peak(const std::vector<int64_t>& costs, int grid) {
+  std::vector<int64_t> loads(static_cast<size_t>(grid), 0);
+  for (size_t i = 0; i < costs.size(); ++i) {
+    const int round = static_cast<int>(i / grid), slot = static_cast<int>(i % grid);
+    loads[static_cast<size_t>(round & 1 ? grid - 1 - slot : slot)] += costs[i];
+  }
+  return *std::max_element(loads.begin(), loads.end());
+}
+
+// The schedule for these tiles (kept rows per tile), M rows of x and `sms` SMs: each tile's height is the one
+// nearest to f * 128 * mean / kept (short items on heavy tiles), for the f whose static schedule has the least
+// busiest SM in the cost model above.
+RowsSchedule plan_rows_schedule(const std::vector<int>& kept, int64_t M, int sms) {
+  const int tiles = static_cast<int>(kept.size());
+  double mean = 0.0;
+  for (int k : kept) mean += k;
+  mean = std::max(1.0, mean / tiles);
+  RowsSchedule best{};
+  int64_t best_peak = -1;
+  for (int f_pct = 30; f_pct <= 300; f_pct += 5) {
+    std::vector<int> code(static_cast<size_t>(tiles));
+    for (int t = 0; t < tiles; ++t) {
+      const double want = kept[t] > 0 ? f_pct / 100.0 * 128.0 * mean / kept[t] : kRowsMax;
+      const int c = static_cast<int>((want - kRowsMin) / kRowsStep + 0.5);
+      code[t] = std::clamp(c, 0, kRowCodes - 1);
+    }
+    std::vector<int> order(static_cast<size_t>(tiles));
+    for (int t = 0; t < tiles; ++t) order[t] = t;
+    const auto rows_of = [&](int t) { return kRowsMin + kRowsStep * code[t]; };
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+      return item_cost(kept[a], rows_of(a)) > item_cost(kept[b], rows_of(b));
+    });
+    RowsSchedule s{};
+    s.positions = tiles;
+    std::vector<int64_t> costs;
+    for (int q = 0; q < tiles; ++q) {
+      const int t = order[q], items = cdiv(M, rows_of(t));
+      s.tile[q] = static_cast<int16_t>(t);
+      s.rows_code[q] = static_cast<uint8_t>(code[t]);
+      s.first_item[q] = static_cast<int32_t>(costs.size());
+      costs.insert(costs.end(), static_cast<size_t>(items), item_cost(kept[t], rows_of(t)));
+    }
+    s.items = static_cast<int32_t>(costs.size());
+    s.first_item[tiles] = s.items;
+    const int64_t peak = schedule_peak(costs, std::min(s.items, sms));
+    if (best_peak < 0 || peak < best_peak || (peak == best_peak && s.items < best.items)) {
+      best = s;
+      best_peak = peak;
+    }
+  }
+  return best;
+}
+
+// Schedules by (M, SMs, kept rows per tile): planning walks every item for 55 factors, so it runs once per shape.
+const RowsSchedule& cached_schedule(const std::vector<int>& kept, int64_t M, int sms) {
+  static std::mutex mutex;
+  static std::map<std::vector<int64_t>, RowsSchedule> cache;
+  std::vector<int64_t> key{M, sms};
+  key.insert(key.end(), kept.begin(), kept.end());
+  const std::lock_guard<std::mutex> lock(mutex);
+  const auto found = cache.find(key);
+  if (found != cache.end()) return found->second;
+  return cache.emplace(std::move(key), plan_rows_schedule(kept, M, sms)).first->second;
+}
+
+template <typename T, typename Cfg>
+const char* run_rows(const PackedTile& w, const Problem& p) {
+  constexpr auto kKernel = tw_wgmma_rows_kernel<T, Cfg>;
+  if (const char* err = allow_dynamic_smem<kKernel, Cfg::kSmemBytes>()) return err;
+  CUtensorMap values_map{};  // left empty when every tile is empty: no item then has a K step to load
+  if (w.value_rows > 0) {
+    if (const char* err = encode_values_map(w, p.dtype, &values_map)) return err;
+  }
+  std::vector<int> kept(static_cast<size_t>(w.num_tiles));
+  for (int t = 0; t < w.num_tiles; ++t) kept[t] = w.host_tile_ptr[t + 1] - w.host_tile_ptr[t];
+  const RowsSchedule& schedule = cached_schedule(kept, p.M, std::max(1, p.num_sms));
+  // Every SM takes part: the pruned columns are written by whichever consumers wait.
+  const int grid = std::max(1, p.num_sms);
+  return launch_kernel(kKernel, dim3(grid), dim3(Cfg::kThreads), Cfg::kSmemBytes, p.stream, p.x_from_prior_kernel, w,
+                       p, values_map, schedule);
+}
+
+}  // namespace
+
+const char* rows_unsupported(const PackedTile& w, const Problem& p) {
+  if (w.granularity != 64 && w.granularity != 128) return "wgmma.rows needs G = 64 or 128";
+  if (w.res_ptr != nullptr) return "wgmma.rows does not add a TEW residual";
+  if (p.sym != 1 || !p.y_vec16) return "wgmma.rows writes a feature-major y with 16-byte aligned columns only";
+  if (w.num_tiles > kRowsMaxTiles) return "wgmma.rows schedules at most 64 tiles";
+  if (w.host_tile_ptr == nullptr) return "wgmma.rows needs the tile pointers on the host (host_tile_ptr)";
+  return nullptr;
+}
+
+const char* launch_wgmma_rows(const PackedTile& w, const Problem& p) {
+  if (const char* err = rows_unsupported(w, p)) return err;
+  const bool half = p.dtype == DType::kHalf;
+  if (w.granularity == 128) {
+    return half ? run_rows<__half, RowsConfig<128>>(w, p) : run_rows<__nv_bfloat16, RowsConfig<128>>(w, p);
+  }
+  return half ? run_rows<__half, RowsConfig<64>>(w, p) : run_rows<__nv_bfloat16, RowsConfig<64>>(w, p);
+}
+
+}  // namespace tw
+}  // namespace sparseprune
