@@ -126,7 +126,8 @@ __device__ __forceinline__ void produce_rows(const PackedTile& w, const Problem&
       for (int j = 0; j < X::kRowPasses; ++j) {
         const int r = x_r0 + j * X::kRowStep;
         const int row = __shfl_sync(0xffffffffu, j * X::kRowStep < 32 ? rows_lo : rows_hi, r & 31);
-        // Branch-free: a branch around each copy put a convergence barrier on it and halved the gather's rate.
+        // Branch-free: a branch around each copy put a convergence barrier on it, and the kernel took 1.6-2.6 times
+        // as long (bench/results/tw_h200_rows_first.md).
         const T* src = src_m + static_cast<int64_t>(row) * p.sxk;
         const bool ok = copies && row >= 0;
         cp_async16_to(sx + x_dst + X::dst_step(j, 0, kSlab), ok ? src : x, ok ? 16 : 0);
@@ -162,8 +163,8 @@ struct ThreadColumns {
 // One item of `Rows` rows on consumer warpgroup cwg: its MMAs, the other warpgroup's turn, then its outputs. The
 // accumulators live here, sized for this height; each height is its own instantiation. The outputs go through the
 // warpgroup's buffer (stmatrix: eight rows of one tile column per 16 bytes) and leave as one bulk copy per tile
-// column, a run of the item's rows of a feature-major y: storing them from the accumulators, four bytes per lane,
-// took 4-8 us of BERT's 15-25 us calls.
+// column, a run of the item's rows of a feature-major y (storing them from the accumulators, four bytes per lane,
+// was slower).
 template <typename T, typename Cfg, int Rows>
 __device__ __forceinline__ void consume_item(const Problem& p, const RowsItem& it, ThreadColumns<Cfg::kBN>& cols,
                                              int cwg, uint32_t ring, uint32_t full, uint32_t empty, uint32_t order,
