@@ -184,7 +184,7 @@ at::Tensor tw_matmul(const at::Tensor& x, const at::Tensor& values, const at::Te
   at::Tensor xt, yt;
   const bool transposes_x = !x_feature_major && M > tw::kGemvMaxM;
   const bool transposes_y =
-      !y_feature_major && M > tw::kGemvMaxM && (pruned_cols.numel() > 0 || path == 7) && !tw::runs_gemv(w, p);
+      !y_feature_major && M > tw::kGemvMaxM && (pruned_cols.numel() > 0 || p.path == tw::Path::kWgmmaRows) && !tw::runs_gemv(w, p);
   const int64_t ldt = (M + 7) / 8 * 8;
   if (!transposes_x) {
     p.x = x.data_ptr();

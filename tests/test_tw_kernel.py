@@ -13,7 +13,7 @@ from random_masks import random_nm_mask, random_tw_mask
 
 from sparseprune.export.formats.extension import load_kernels
 from sparseprune.export.formats.nm import pack_nm
-from sparseprune.export.formats.tw import MMA_GEMV_MAX_M, pack_tw, tw_matmul, tw_matmul_reference
+from sparseprune.export.formats.tw import MMA_GEMV_MAX_M, PackedTW, pack_tw, tw_matmul, tw_matmul_reference
 from sparseprune.export.sparse_modules import SparseConv2d, im2col
 
 pytestmark = [
@@ -215,12 +215,23 @@ def test_hopper_kernels_match_fp32_reference(kernel: str, dtype: torch.dtype, gr
     for i, (m, k, n) in enumerate(HOPPER_SHAPES):
         act = next(activations)
         packed, x, bias, ref = _case(m, k, n, granularity, dtype, seed=100 + i, residual=i % 2 == 0, activation=act)
-        err = rel_err(tw_matmul(x, packed, bias, act, kernel=kernel), ref)
-        assert err <= KERNEL_TOLERANCE[dtype], f"M={m} K={k} N={n} G={granularity} act={act}: rel err {err:.2e}"
-        if m % 8 == 0:
-            yt = packed.matmul_feature_major(x.t().contiguous(), bias, act, kernel=kernel)
-            err_fm = rel_err(yt.t(), ref)
-            assert err_fm <= KERNEL_TOLERANCE[dtype], f"feature-major M={m} K={k} N={n}: rel err {err_fm:.2e}"
+        _check_both_orientations(packed, x, bias, act, ref, kernel)
+
+
+def _check_both_orientations(
+    packed: PackedTW, x: torch.Tensor, bias: torch.Tensor, act: str | None, ref: torch.Tensor, kernel: str
+) -> torch.Tensor:
+    """The forced kernel against the fp32 reference with x and y row-major, and (M a multiple of 8) feature-major;
+    returns the row-major y."""
+    (m, k), n, g = x.shape, packed.shape[1], packed.granularity
+    y = tw_matmul(x, packed, bias, act, kernel=kernel)
+    err = rel_err(y, ref)
+    assert err <= KERNEL_TOLERANCE[x.dtype], f"{kernel} M={m} K={k} N={n} G={g} act={act}: rel err {err:.2e}"
+    if m % 8 == 0:
+        yt = packed.matmul_feature_major(x.t().contiguous(), bias, act, kernel=kernel)
+        err_fm = rel_err(yt.t(), ref)
+        assert err_fm <= KERNEL_TOLERANCE[x.dtype], f"{kernel} feature-major M={m} K={k} N={n}: rel err {err_fm:.2e}"
+    return y
 
 
 @pytest.mark.parametrize("granularity", [64, 128])
@@ -304,14 +315,8 @@ def test_row_flexible_kernel_matches_fp32_reference(dtype: torch.dtype, granular
         act = next(activations)
         packed, x, bias, ref = _case(m, k, n, granularity, dtype, seed=300 + i, residual=False, activation=act)
         assert packed.num_tiles <= 64, "the case must fit the kernel's schedule"
-        y = tw_matmul(x, packed, bias, act, kernel="wgmma.rows")
-        err = rel_err(y, ref)
-        assert err <= KERNEL_TOLERANCE[dtype], f"M={m} K={k} N={n} G={granularity} act={act}: rel err {err:.2e}"
+        y = _check_both_orientations(packed, x, bias, act, ref, "wgmma.rows")
         torch.testing.assert_close(tw_matmul(x, packed, bias, act, kernel="wgmma.rows"), y, rtol=0, atol=0)
-        if m % 8 == 0:
-            yt = packed.matmul_feature_major(x.t().contiguous(), bias, act, kernel="wgmma.rows")
-            err_fm = rel_err(yt.t(), ref)
-            assert err_fm <= KERNEL_TOLERANCE[dtype], f"feature-major M={m} K={k} N={n}: rel err {err_fm:.2e}"
 
 
 def test_row_flexible_kernel_refuses_what_it_cannot_run() -> None:
