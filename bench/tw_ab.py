@@ -6,7 +6,8 @@ keeps each build's fastest median. From each tree's root (the same cases, masks,
 weights read from HBM as `tw_bench`):
     python -m bench.tw_ab time --tag base --cases cube_8192:128:0.9 bert_qkv:128:0.75 >> ab.jsonl
 A case may name its rows of x (`lstm_gates:128:0.75:32`); `--row-major` times x and y row-major (`matmul`, with
-whatever transposes the call makes) instead of feature-major (`matmul_feature_major`). And at the end
+whatever transposes the call makes) instead of feature-major (`matmul_feature_major`); `--kernel` forces one
+kernel instead of `auto` (the summary then compares that kernel's two builds). And at the end
     python -m bench.tw_ab summarize ab.jsonl --out bench/results/NAME
 Every timed case is first checked against the fp32 reference; the summary reports the largest error.
 """
@@ -32,7 +33,7 @@ from bench.common import (
     write_results,
 )
 from bench.tw_bench import SHAPES, bench_tw_mask
-from sparseprune.export.formats.tw import pack_tw
+from sparseprune.export.formats.tw import KERNELS, pack_tw
 
 
 def parse_case(case: str) -> tuple[str, int, float, int | None]:
@@ -50,10 +51,11 @@ def parse_case(case: str) -> tuple[str, int, float, int | None]:
 
 
 def time_case(
-    name: str, granularity: int, sparsity: float, rows: int | None, seed: int, row_major: bool
+    name: str, granularity: int, sparsity: float, rows: int | None, seed: int, row_major: bool, kernel: str
 ) -> dict[str, Any]:
     """The case's error against fp32 and the medians of dense and TW, drawn exactly as tw_bench draws them."""
-    case = f"{name}:{granularity}:{sparsity}" + (f":{rows}" if rows else "")
+    case = f"{name}:{granularity}:{sparsity}" + (f":{rows}" if rows else "") + (" row-major" if row_major else "")
+    case += "" if kernel == "auto" else f" {kernel}"
     m, k, n = SHAPES[name]
     m = rows or m
     gen = case_generator(seed, name, granularity, sparsity)
@@ -63,10 +65,13 @@ def time_case(
     x = torch.randn(m, k, generator=cuda_gen, device="cuda").half()
     xt = x.t().contiguous()
     packed = pack_tw(b, mask, granularity)
-    run = (lambda p: p.matmul(x)) if row_major else (lambda p: p.matmul_feature_major(xt).t())
+    if row_major:
+        run = lambda p: p.matmul(x, kernel=kernel)  # noqa: E731
+    else:
+        run = lambda p: p.matmul_feature_major(xt, kernel=kernel).t()  # noqa: E731
     err = relative_error(run(packed), x.float() @ (b * mask).float())
     return {
-        "case": f"{case} row-major" if row_major else case,
+        "case": case,
         "device": device_name(),
         "rel_err": err,
         "dense_us": time_cuda(Rotation(lambda w: x @ w, b, b.nbytes, m)).median_us,
@@ -107,6 +112,7 @@ def main() -> None:
     timing.add_argument("--cases", nargs="+", type=parse_case, required=True, metavar="SHAPE:G:SPARSITY")
     timing.add_argument("--seed", type=int, default=0)
     timing.add_argument("--row-major", action="store_true", help="x and y row-major, as export.py's Linear layers")
+    timing.add_argument("--kernel", choices=sorted(KERNELS), default="auto", help="the kernel to force")
     summary = sub.add_parser("summarize", help="fastest median per build and case")
     summary.add_argument("files", nargs="+", type=Path)
     summary.add_argument("--baseline", default="base")
@@ -116,7 +122,7 @@ def main() -> None:
     if args.command == "time":
         require_kernels("tw_ab")
         for case in args.cases:
-            line = {"tag": args.tag, **time_case(*case, args.seed, args.row_major)}
+            line = {"tag": args.tag, **time_case(*case, args.seed, args.row_major, args.kernel)}
             print(json.dumps(line), flush=True)
         return
     lines = [json.loads(text) for path in args.files for text in path.read_text().splitlines() if text.strip()]
@@ -129,7 +135,8 @@ def main() -> None:
             columns.append((f"{tag}_gain", f"{tag} vs {args.baseline}"))
     columns += [("rounds", "rounds"), ("max_rel_err", "max rel err")]
     notes = [
-        "TW (`auto` kernel; x feature-major unless the case says row-major) and dense cuBLAS, fp16; each build's "
+        "TW (`auto` kernel unless the case names one; x feature-major unless the case says row-major) and dense "
+        "cuBLAS, fp16; each build's "
         "fastest median over the rounds, "
         "builds alternating their order from round to round; 'vs' is the baseline's time over the build's, minus 1.",
         *args.note,

@@ -733,6 +733,9 @@ const char* launch_wgmma_ws(const PackedTile& w, const Problem& p, const Plan& p
 // when it can): it needs G 64/128, a feature-major y without TEW residual, at most 64 tiles and host_tile_ptr.
 const char* launch_wgmma_rows(const PackedTile& w, const Problem& p);
 const char* rows_unsupported(const PackedTile& w, const Problem& p);
+// Whether the row-flexible kernel's planned schedule promises enough over 128-row items of the warp-specialized
+// kernel for `auto` to take it (kRowsPayPercent); false where it cannot take the call.
+bool rows_schedule_pays(const PackedTile& w, const Problem& p);
 // Whether the warp-specialized configuration for (G, block_m) finishes items only into a feature-major y without
 // split-K or TEW residual (its epilogue buffers gave their room to another ring stage).
 bool ws_needs_direct_epilogue(int granularity, int block_m);

@@ -384,6 +384,11 @@ Plan make_plan(const PackedTile& w, const Problem& p) {
   } else {
     plan.block_m = block_m(w.granularity);
   }
+  // Where 128-row items spread few, uneven tiles badly over the SMs, items of any height (tw_gemm_sm90_rows.cu).
+  if (p.path == Path::kAuto && plan.path == Path::kWgmmaWs && plan.block_m == 128 && p.M >= kWsSplitMaxM &&
+      rows_schedule_pays(w, p)) {
+    return Plan{Path::kWgmmaRows, 0, 1};
+  }
   // The warp-specialized kernel splits K only for short columns. At M = 4096 (BERT FFN out at 90%: 64 items) the
   // workspace, atomics and finalize pass cost more than the idle SMs save (17.6 against 13.3 us on an H200); at
   // M = 128 (LSTM gates) the finalize pass's full grid writes the many short pruned columns faster than the

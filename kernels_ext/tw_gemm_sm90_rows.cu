@@ -23,6 +23,11 @@ namespace {
 constexpr int kRowsMin = 64, kRowsStep = 16, kRowCodes = 5, kRowsMax = kRowsMin + kRowsStep * (kRowCodes - 1);
 constexpr int kRowsMaxTiles = 64;  // tiles a schedule describes (a kernel parameter)
 constexpr int kRowsStages = 4;  // six were no faster (BERT and VGG16 shapes, H200)
+// `auto` takes this kernel over 128-row items of the warp-specialized one where its planned schedule's busiest SM
+// has at most this share (percent) of theirs in the host's cost model. On an H200 (bench/results/tw_h200_rows.md)
+// the kernel won 2-8% where the model promised 0.72-0.80 (BERT QKV, FFN out and VGG16 conv4 at 75%, VGG16 conv4 at
+// 90%) and lost up to 7% where it promised 0.87-0.97: at equal heights its items cost about 2% more.
+constexpr int kRowsPayPercent = 82;
 
 // The static schedule, a kernel parameter: positions in the order their items are handed out (heaviest items
 // first), each a tile with one item height. Items of position q are first_item[q] .. first_item[q + 1] - 1, one
@@ -40,8 +45,8 @@ struct RowsConfig {
   static constexpr int kBN = BN, kBK = 64, kStages = kRowsStages, kValueSlabs = BN / 64;
   static constexpr int kWarpgroup = 128, kThreads = 3 * kWarpgroup, kWarpsPerGroup = kWarpgroup / 32;
   static constexpr int kSlabBytes = kBK * 128;  // 64 elements x 64 K rows
-  static constexpr int kXStageBytes = kRowsMax / 64 * kSlabBytes, kVStageBytes = kValueSlabs * kSlabBytes;
-  static constexpr int kStageBytes = kXStageBytes + kVStageBytes;
+  static constexpr int kGatherBytes = kRowsMax / 64 * kSlabBytes;  // xT, then values
+  static constexpr int kStageBytes = kGatherBytes + kValueSlabs * kSlabBytes;
   // Each consumer warpgroup stages its item's outputs in its own buffer, one tile column of up to kRowsMax rows
   // per buffer row (8 more, so stmatrix's eight rows fall in different banks), for the bulk copies to y.
   static constexpr int kEpiLd = kRowsMax + 8, kEpiBytes = BN * kEpiLd * 2;
@@ -86,67 +91,28 @@ __device__ __forceinline__ int schedule_rounds(const RowsSchedule& s) {
 }
 
 #ifdef SPARSEPRUNE_WGMMA
-// Producer warpgroup: one stage per K step (64 kept rows) of each item, the item's rows of xT (16-byte chunks of 8
-// rows; none past its height) and the step's values.
+// Producer warpgroup: one stage per K step (64 kept rows) of each item (gather_item), the item's rows of xT in
+// 16-byte chunks of 8 rows, none past its height.
 template <typename T, typename Cfg>
 __device__ __forceinline__ void produce_rows(const PackedTile& w, const Problem& p, const RowsSchedule& s,
                                              const CUtensorMap& values_map, uint32_t ring, uint32_t full,
                                              uint32_t empty) {
   using X = StageCover<kRowsMax / 8>;
-  constexpr int BK = Cfg::kBK, kSlab = Cfg::kSlabBytes;
-  const int tid = threadIdx.x, lane = tid & 31;
-  const int x_r0 = tid / X::kLanesPerRow, chunk = tid % X::kLanesPerRow;
   static_assert(X::kHalves == 1, "one chunk of rows per thread and K row");
-  const uint32_t x_dst = slab_offset(x_r0, chunk, kSlab);
+  const int chunk = threadIdx.x % X::kLanesPerRow;
   const T* x = static_cast<const T*>(p.x);
-  if (tid == 0) prefetch_tensormap(&values_map);
+  if (threadIdx.x == 0) prefetch_tensormap(&values_map);
   wait_for_prerequisite_grid();  // x may come from the transpose launched just before
-  const auto fetch_rows = [&](const RowsItem& it, int ks, int& lo, int& hi) {
-    const int kg = it.p0 + ks * BK + lane;
-    lo = ks < it.ksteps && kg < it.p_end ? __ldg(w.rows + kg) : -1;
-    hi = ks < it.ksteps && kg + 32 < it.p_end ? __ldg(w.rows + kg + 32) : -1;
-  };
   int stage = 0;
   uint32_t phase = 0;
   const int rounds = schedule_rounds(s);
   for (int round = 0; round < rounds; ++round) {
     const RowsItem it = rows_item(w, s, round);
     if (it.skip) continue;
-    int rows_lo, rows_hi;
-    fetch_rows(it, 0, rows_lo, rows_hi);
     const int64_t m = it.m0 + chunk * 8;
-    const bool copies = chunk * 8 < it.rows && m < p.M;  // zeros elsewhere (the MMA reads the item's rows only)
-    const T* src_m = x + m;
-    for (int ks = 0; ks < it.ksteps; ++ks) {
-      int next_lo, next_hi;
-      fetch_rows(it, ks + 1, next_lo, next_hi);
-      mbarrier_wait(empty + stage * 8, phase ^ 1);
-      const uint32_t sx = ring + stage * Cfg::kStageBytes;
-#pragma unroll
-      for (int j = 0; j < X::kRowPasses; ++j) {
-        const int r = x_r0 + j * X::kRowStep;
-        const int row = __shfl_sync(0xffffffffu, j * X::kRowStep < 32 ? rows_lo : rows_hi, r & 31);
-        // Branch-free: a branch around each copy put a convergence barrier on it, and the kernel took 1.6-2.6 times
-        // as long (bench/results/tw_h200_rows_first.md).
-        const T* src = src_m + static_cast<int64_t>(row) * p.sxk;
-        const bool ok = copies && row >= 0;
-        cp_async16_to(sx + x_dst + X::dst_step(j, 0, kSlab), ok ? src : x, ok ? 16 : 0);
-      }
-      if (tid == 0) {
-        mbarrier_arrive_expect_tx(full + stage * 8, Cfg::kVStageBytes);
-#pragma unroll
-        for (int h = 0; h < Cfg::kValueSlabs; ++h) {
-          tma_load_2d(sx + Cfg::kXStageBytes + h * kSlab, &values_map, 64 * h, it.p0 + ks * BK, full + stage * 8);
-        }
-      }
-      cp_async_mbarrier_arrive(full + stage * 8);
-      if (++stage == Cfg::kStages) {
-        stage = 0;
-        phase ^= 1;
-      }
-      rows_lo = next_lo;
-      rows_hi = next_hi;
-    }
+    const bool copies[1] = {chunk * 8 < it.rows && m < p.M};  // zeros elsewhere (the MMA reads the item's rows only)
+    gather_item<T, Cfg, X>(w.rows, it.p0, it.p_end, 0, it.ksteps, x + m, copies, x, p.sxk, values_map, ring, full,
+                           empty, stage, phase);
   }
   cp_async_wait<0>();  // nothing in flight when the warpgroup exits
 }
@@ -179,7 +145,7 @@ __device__ __forceinline__ void consume_item(const Problem& p, const RowsItem& i
   int held = -1;  // stage whose MMAs may still be running
   for (int ks = 0; ks < it.ksteps; ++ks) {
     mbarrier_wait(full + stage * 8, phase);
-    const uint32_t sx = ring + stage * Cfg::kStageBytes, sv = sx + Cfg::kXStageBytes;
+    const uint32_t sx = ring + stage * Cfg::kStageBytes, sv = sx + Cfg::kGatherBytes;
     fence_accumulators(acc);
     wgmma_fence();
 #pragma unroll
@@ -341,16 +307,29 @@ int64_t schedule_peak(const std::vector<int64_t>& costs, int grid) {
   return *std::max_element(loads.begin(), loads.end());
 }
 
+// A schedule with its busiest SM's cost in the model above.
+struct PlannedRows {
+  RowsSchedule schedule;
+  int64_t peak;
+};
+
+// Busiest SM's cost when every tile's items are `rows` high, handed out heaviest first.
+int64_t uniform_peak(const std::vector<int>& kept, int64_t M, int rows, int sms) {
+  std::vector<int64_t> costs;
+  for (int k : kept) costs.insert(costs.end(), static_cast<size_t>(cdiv(M, rows)), item_cost(k, rows));
+  std::stable_sort(costs.begin(), costs.end(), [](int64_t a, int64_t b) { return a > b; });
+  return schedule_peak(costs, static_cast<int>(std::min<int64_t>(static_cast<int64_t>(costs.size()), sms)));
+}
+
 // The schedule for these tiles (kept rows per tile), M rows of x and `sms` SMs: each tile's height is the one
 // nearest to f * 128 * mean / kept (short items on heavy tiles), for the f whose static schedule has the least
 // busiest SM in the cost model above.
-RowsSchedule plan_rows_schedule(const std::vector<int>& kept, int64_t M, int sms) {
+PlannedRows plan_rows_schedule(const std::vector<int>& kept, int64_t M, int sms) {
   const int tiles = static_cast<int>(kept.size());
   double mean = 0.0;
   for (int k : kept) mean += k;
   mean = std::max(1.0, mean / tiles);
-  RowsSchedule best{};
-  int64_t best_peak = -1;
+  PlannedRows best{{}, -1};
   for (int f_pct = 30; f_pct <= 300; f_pct += 5) {
     std::vector<int> code(static_cast<size_t>(tiles));
     for (int t = 0; t < tiles; ++t) {
@@ -377,18 +356,22 @@ RowsSchedule plan_rows_schedule(const std::vector<int>& kept, int64_t M, int sms
     s.items = static_cast<int32_t>(costs.size());
     s.first_item[tiles] = s.items;
     const int64_t peak = schedule_peak(costs, std::min(s.items, sms));
-    if (best_peak < 0 || peak < best_peak || (peak == best_peak && s.items < best.items)) {
-      best = s;
-      best_peak = peak;
-    }
+    if (best.peak < 0 || peak < best.peak || (peak == best.peak && s.items < best.schedule.items)) best = {s, peak};
   }
   return best;
 }
 
+// Kept rows per tile, from the host's copy of tile_ptr.
+std::vector<int> host_kept_rows(const PackedTile& w) {
+  std::vector<int> kept(static_cast<size_t>(w.num_tiles));
+  for (int t = 0; t < w.num_tiles; ++t) kept[t] = w.host_tile_ptr[t + 1] - w.host_tile_ptr[t];
+  return kept;
+}
+
 // Schedules by (M, SMs, kept rows per tile): planning walks every item for 55 factors, so it runs once per shape.
-const RowsSchedule& cached_schedule(const std::vector<int>& kept, int64_t M, int sms) {
+const PlannedRows& cached_schedule(const std::vector<int>& kept, int64_t M, int sms) {
   static std::mutex mutex;
-  static std::map<std::vector<int64_t>, RowsSchedule> cache;
+  static std::map<std::vector<int64_t>, PlannedRows> cache;
   std::vector<int64_t> key{M, sms};
   key.insert(key.end(), kept.begin(), kept.end());
   const std::lock_guard<std::mutex> lock(mutex);
@@ -405,9 +388,7 @@ const char* run_rows(const PackedTile& w, const Problem& p) {
   if (w.value_rows > 0) {
     if (const char* err = encode_values_map(w, p.dtype, &values_map)) return err;
   }
-  std::vector<int> kept(static_cast<size_t>(w.num_tiles));
-  for (int t = 0; t < w.num_tiles; ++t) kept[t] = w.host_tile_ptr[t + 1] - w.host_tile_ptr[t];
-  const RowsSchedule& schedule = cached_schedule(kept, p.M, std::max(1, p.num_sms));
+  const RowsSchedule& schedule = cached_schedule(host_kept_rows(w), p.M, std::max(1, p.num_sms)).schedule;
   // Every SM takes part: the pruned columns are written by whichever consumers wait.
   const int grid = std::max(1, p.num_sms);
   return launch_kernel(kKernel, dim3(grid), dim3(Cfg::kThreads), Cfg::kSmemBytes, p.stream, p.x_from_prior_kernel, w,
@@ -423,6 +404,13 @@ const char* rows_unsupported(const PackedTile& w, const Problem& p) {
   if (w.num_tiles > kRowsMaxTiles) return "wgmma.rows schedules at most 64 tiles";
   if (w.host_tile_ptr == nullptr) return "wgmma.rows needs the tile pointers on the host (host_tile_ptr)";
   return nullptr;
+}
+
+bool rows_schedule_pays(const PackedTile& w, const Problem& p) {
+  if (rows_unsupported(w, p) != nullptr) return false;
+  const std::vector<int> kept = host_kept_rows(w);
+  const int sms = std::max(1, p.num_sms);
+  return 100 * cached_schedule(kept, p.M, sms).peak <= kRowsPayPercent * uniform_peak(kept, p.M, 128, sms);
 }
 
 const char* launch_wgmma_rows(const PackedTile& w, const Problem& p) {

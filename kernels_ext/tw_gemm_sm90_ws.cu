@@ -44,8 +44,8 @@ struct WsConfig {
   __device__ static constexpr int first_block(int cwg) { return Cooperative && cwg == 1 ? kBlocks0 : 0; }
   static constexpr int kWarpgroup = 128, kThreads = 3 * kWarpgroup, kWarpsPerGroup = kWarpgroup / 32;
   static constexpr int kSlabBytes = kBK * 128;  // 64 M (or N) elements x 64 K rows
-  static constexpr int kAStageBytes = kBM / 64 * kSlabBytes, kBStageBytes = BN / 64 * kSlabBytes;
-  static constexpr int kStageBytes = kAStageBytes + kBStageBytes;
+  static constexpr int kGatherBytes = kBM / 64 * kSlabBytes, kValueSlabs = BN / 64;  // xT, then values
+  static constexpr int kStageBytes = kGatherBytes + kValueSlabs * kSlabBytes;
   static constexpr int kAChunks = kBM / 8;  // 16-byte chunks per K row of xT
   static constexpr int kPassCols = PassCols;
   static constexpr bool kDirectOnly = PassCols < BN;
@@ -125,73 +125,29 @@ __device__ __forceinline__ FillShare cooperative_fill_share(const PackedTile& w,
 }
 
 #ifdef SPARSEPRUNE_WGMMA
-// Producer warpgroup: fills stage after stage, each one K step (64 kept rows) of one item; in cooperative configs
-// it then writes its CTA's share of the pruned columns. The values of a step are the rows p0 + 64 ks onwards of
-// the packed block: a step that ends a tile early also loads the next tile's first rows (or zeros past the end),
-// which meet the zero-filled rows of xT and add nothing.
+// Producer warpgroup: fills stage after stage, each one K step (64 kept rows) of one item (gather_item); in
+// cooperative configs it then writes its CTA's share of the pruned columns.
 template <typename T, typename Cfg>
 __device__ __forceinline__ void produce(const PackedTile& w, const Problem& p, const CUtensorMap& values_map,
                                         int m_blocks, int splits, uint32_t ring, uint32_t full, uint32_t empty) {
   using A = StageCover<Cfg::kAChunks>;
-  constexpr int BK = Cfg::kBK, BN = Cfg::kBN, kSlab = Cfg::kSlabBytes;
-  const int tid = threadIdx.x, lane = tid & 31;
-  const int a_r0 = tid / A::kLanesPerRow, a_c0 = tid % A::kLanesPerRow;
-  const uint32_t a_dst = slab_offset(a_r0, a_c0, kSlab);
+  const int tid = threadIdx.x, a_c0 = tid % A::kLanesPerRow;
   const T* x = static_cast<const T*>(p.x);
-  const int64_t ldx = p.sxk;
   if (tid == 0) prefetch_tensormap(&values_map);
   wait_for_prerequisite_grid();  // x may come from the transpose launched just before
   const int rounds = schedule_rounds(w, m_blocks, splits);
-  // Lane l holds kept-row indices l and l + 32 of a step, loaded one step ahead; the gather reads them by shuffle.
   // (Loading the next item's first indices during an item's last step, with that item loaded a round ahead, made
   // every stage of the gather slower: BERT FFN out at 75%, 1209 against 896 cycles per 32 KB stage.)
-  const auto fetch_rows = [&](const WorkItem& it, int ks, int& lo, int& hi) {
-    const int kg = it.p0 + ks * BK + lane;
-    lo = ks < it.s1 && kg < it.p_end ? __ldg(w.rows + kg) : -1;
-    hi = ks < it.s1 && kg + 32 < it.p_end ? __ldg(w.rows + kg + 32) : -1;
-  };
   int stage = 0;
   uint32_t phase = 0;
   for (int round = 0; round < rounds; ++round) {
     const WorkItem it = work_item<Cfg>(w, round, m_blocks, splits);
     if (it.skip) continue;
-    int rows_lo, rows_hi;
-    fetch_rows(it, it.s0, rows_lo, rows_hi);
-    const T* a_src = x + it.m0 + a_c0 * 8;  // this thread's M columns of any kept row
     bool a_in_m[A::kHalves];
 #pragma unroll
     for (int h = 0; h < A::kHalves; ++h) a_in_m[h] = it.m0 + (a_c0 + A::kLanesPerRow * h) * 8 < p.M;
-    for (int ks = it.s0; ks < it.s1; ++ks) {
-      int next_lo, next_hi;
-      fetch_rows(it, ks + 1, next_lo, next_hi);
-      mbarrier_wait(empty + stage * 8, phase ^ 1);
-      const uint32_t sa = ring + stage * Cfg::kStageBytes;
-#pragma unroll
-      for (int j = 0; j < A::kRowPasses; ++j) {
-        const int r = a_r0 + j * A::kRowStep;
-        const int row = __shfl_sync(0xffffffffu, j * A::kRowStep < 32 ? rows_lo : rows_hi, r & 31);
-        const T* src = a_src + static_cast<int64_t>(row) * ldx;
-#pragma unroll
-        for (int h = 0; h < A::kHalves; ++h) {
-          const bool ok = row >= 0 && a_in_m[h];
-          cp_async16_to(sa + a_dst + A::dst_step(j, h, kSlab), ok ? src + 8 * A::kLanesPerRow * h : x, ok ? 16 : 0);
-        }
-      }
-      if (tid == 0) {
-        mbarrier_arrive_expect_tx(full + stage * 8, Cfg::kBStageBytes);
-#pragma unroll
-        for (int h = 0; h < BN / 64; ++h) {
-          tma_load_2d(sa + Cfg::kAStageBytes + h * kSlab, &values_map, 64 * h, it.p0 + ks * BK, full + stage * 8);
-        }
-      }
-      cp_async_mbarrier_arrive(full + stage * 8);
-      if (++stage == Cfg::kStages) {
-        stage = 0;
-        phase ^= 1;
-      }
-      rows_lo = next_lo;
-      rows_hi = next_hi;
-    }
+    gather_item<T, Cfg, A>(w.rows, it.p0, it.p_end, it.s0, it.s1, x + it.m0 + a_c0 * 8, a_in_m, x, p.sxk, values_map,
+                           ring, full, empty, stage, phase);
   }
   // Cooperative items: then this CTA's share of the pruned columns, overlapping the consumers' last MMAs and
   // epilogues (ping-pong consumers write them while they wait for their turn). Interleaving them with the waits for
@@ -407,7 +363,7 @@ __device__ __forceinline__ void consume(const PackedTile& w, const Problem& p, i
       // The stage's cp.async copies have completed when its mbarrier phase flips; wgmma reads them without a proxy
       // fence, as CUTLASS's cp.async GMMA mainloops do (one per step cost the 8192^3 case up to 8%).
       mbarrier_wait(full + stage * 8, phase);
-      const uint32_t sa = ring + stage * Cfg::kStageBytes, sb = sa + Cfg::kAStageBytes;
+      const uint32_t sa = ring + stage * Cfg::kStageBytes, sb = sa + Cfg::kGatherBytes;
       fence_accumulators(acc);
       wgmma_fence();
       // Always the full step, one straight-line MMA sequence: the half step a 32-padded tile can end with has

@@ -1,6 +1,6 @@
 // Pieces shared by the persistent Hopper TW kernels (tw_gemm_sm90_ws.cu, tw_gemm_sm90_rows.cu): the static
-// schedule's order of items, how a producer thread covers a stage, ring positions, accumulator fences and the tensor map of the packed values. No torch
-// headers.
+// schedule's order of items, how a producer thread covers a stage, the producer's gather of an item, ring positions,
+// accumulator fences and the tensor map of the packed values. No torch headers.
 #pragma once
 
 #include <cuda.h>
@@ -50,6 +50,72 @@ __device__ __forceinline__ void advance_ring(int& stage, uint32_t& phase, int st
 }
 
 #ifdef SPARSEPRUNE_WGMMA
+// cp_async16_to(dst, ok ? src : fallback, ok ? 16 : 0), both choices made by selp in one asm block: written in C++,
+// the choice may compile to a branch around the address arithmetic (it did in gather_item), and a branch around each
+// copy made the row-flexible kernel 1.6-2.6 times as slow (bench/results/tw_h200_rows_first.md).
+__device__ __forceinline__ void cp_async16_or_zeros(uint32_t dst, bool ok, const void* src, const void* fallback) {
+  asm volatile(
+      "{\n.reg .pred ok;\n.reg .b64 src;\n.reg .b32 bytes;\nsetp.ne.b32 ok, %1, 0;\nselp.b64 src, %2, %3, ok;\n"
+      "selp.b32 bytes, 16, 0, ok;\ncp.async.cg.shared.global [%0], [src], 16, bytes;\n}\n" ::"r"(dst),
+      "r"(static_cast<int>(ok)), "l"(src), "l"(fallback));
+}
+
+// A producer warpgroup's stages for one item: K steps s0 .. s1 - 1 over the tile's kept rows rows[p0 .. p_end), 64
+// per step, each in the next free stage of the ring. Every thread cp.asyncs its 16-byte chunks of the step's rows of
+// xT: chunk h of a row from src (this thread's first element in row 0) plus the row and the chunk's offset, zeros for
+// padding rows and where in_range[h] is false. Thread 0 has the TMA unit load the step's values behind them (a step
+// that ends a tile early also loads the next tile's first rows, which meet zero rows of xT), and both count on the
+// stage's full barrier. Lane l holds kept-row indices l and l + 32 of a step, loaded one step ahead, and the copies
+// read them by shuffle. The copies are branch-free (cp_async16_or_zeros). Cfg names the ring's
+// layout: kStages stages of kStageBytes, the gathered rows first (kGatherBytes), then kValueSlabs slabs of values.
+template <typename T, typename Cfg, typename Cover>
+__device__ __forceinline__ void gather_item(const int32_t* rows, int p0, int p_end, int s0, int s1, const T* src,
+                                            const bool (&in_range)[Cover::kHalves], const T* x, int64_t ldx,
+                                            const CUtensorMap& values_map, uint32_t ring, uint32_t full,
+                                            uint32_t empty, int& stage, uint32_t& phase) {
+  constexpr int BK = Cfg::kBK, kSlab = Cfg::kSlabBytes;
+  const int tid = threadIdx.x, lane = tid & 31, r0 = tid / Cover::kLanesPerRow;
+  const uint32_t dst = slab_offset(r0, tid % Cover::kLanesPerRow, kSlab);
+  const auto fetch_rows = [&](int ks, int& lo, int& hi) {
+    const int kg = p0 + ks * BK + lane;
+    lo = ks < s1 && kg < p_end ? __ldg(rows + kg) : -1;
+    hi = ks < s1 && kg + 32 < p_end ? __ldg(rows + kg + 32) : -1;
+  };
+  int rows_lo, rows_hi;
+  fetch_rows(s0, rows_lo, rows_hi);
+  for (int ks = s0; ks < s1; ++ks) {
+    int next_lo, next_hi;
+    fetch_rows(ks + 1, next_lo, next_hi);
+    mbarrier_wait(empty + stage * 8, phase ^ 1);
+    const uint32_t sa = ring + stage * Cfg::kStageBytes, bar = full + stage * 8;
+#pragma unroll
+    for (int j = 0; j < Cover::kRowPasses; ++j) {
+      const int r = r0 + j * Cover::kRowStep;
+      const int row = __shfl_sync(0xffffffffu, j * Cover::kRowStep < 32 ? rows_lo : rows_hi, r & 31);
+      const T* src_row = src + static_cast<int64_t>(row) * ldx;
+#pragma unroll
+      for (int h = 0; h < Cover::kHalves; ++h) {
+        cp_async16_or_zeros(sa + dst + Cover::dst_step(j, h, kSlab), in_range[h] && row >= 0,
+                            src_row + 8 * Cover::kLanesPerRow * h, x);
+      }
+    }
+    if (tid == 0) {
+      mbarrier_arrive_expect_tx(bar, Cfg::kValueSlabs * kSlab);
+#pragma unroll
+      for (int h = 0; h < Cfg::kValueSlabs; ++h) {
+        tma_load_2d(sa + Cfg::kGatherBytes + h * kSlab, &values_map, 64 * h, p0 + ks * BK, bar);
+      }
+    }
+    cp_async_mbarrier_arrive(bar);
+    if (++stage == Cfg::kStages) {
+      stage = 0;
+      phase ^= 1;
+    }
+    rows_lo = next_lo;
+    rows_hi = next_hi;
+  }
+}
+
 template <int MIWG, int NACC>
 __device__ __forceinline__ void fence_accumulators(float (&acc)[MIWG][NACC]) {
 #pragma unroll

@@ -340,6 +340,43 @@ def test_row_flexible_kernel_refuses_what_it_cannot_run() -> None:
         tw_matmul(torch.randn(256, k, device="cuda", dtype=torch.float16), many, kernel="wgmma.rows")
 
 
+def _launched_kernels(fn) -> list[str]:
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return [e.key for e in prof.key_averages() if e.device_time_total > 0]
+
+
+def _tiles_keeping(kept: list[int], k: int, g: int, seed: int) -> PackedTW:
+    """A K x (len(kept) * g) weight whose tile t keeps kept[t] random rows of K."""
+    gen = torch.Generator().manual_seed(seed)
+    mask = torch.zeros(k, len(kept) * g, dtype=torch.bool)
+    for t, rows in enumerate(kept):
+        mask[torch.randperm(k, generator=gen)[:rows], t * g : (t + 1) * g] = True
+    return pack_tw(torch.randn(k, mask.shape[1], generator=gen) / math.sqrt(k), mask, g)
+
+
+@pytest.mark.parametrize("feature_major", [False, True])
+@pytest.mark.parametrize(("kept", "kernel"), [([1920, 1536, 1024], "rows"), ([384] * 18, "ws")])
+def test_auto_takes_row_flexible_kernel_on_few_uneven_tiles(kept: list[int], kernel: str, feature_major: bool) -> None:
+    """auto runs wgmma.rows where few tiles of very different kept K make 128-row items uneven (three tiles of
+    1024-1920 rows at M = 4096, like BERT FFN out at 75%), and wgmma.ws where the tiles are alike; both match fp32."""
+    if not _is_hopper():
+        pytest.skip("wgmma needs a Hopper GPU")
+    m, k = 4096, 3072
+    packed = _tiles_keeping(kept, k, 128, seed=len(kept)).to("cuda", torch.float16)
+    x = torch.randn(m, k, device="cuda", dtype=torch.float16)
+    ref = tw_matmul_reference(x.float(), packed.to("cuda", torch.float32))
+    xt = x.t().contiguous()
+
+    def call() -> torch.Tensor:
+        return packed.matmul_feature_major(xt).t() if feature_major else packed.matmul(x)
+
+    assert rel_err(call(), ref) <= KERNEL_TOLERANCE[torch.float16]
+    names = " ".join(_launched_kernels(call))
+    assert f"tw_wgmma_{kernel}_kernel" in names, f"auto on tiles keeping {kept} launched {names}"
+
+
 def test_hopper_kernels_agree_and_repeat() -> None:
     """The warp-specialized kernel matches the earlier wgmma one and mma.sync, and gives bit-identical results on
     repeated calls (no split-K here, so no atomics)."""

@@ -32,7 +32,8 @@ GRANULARITIES = (32, 64, 128)
 ACTIVATIONS = {None: 0, "relu": 1, "gelu": 2}
 # Tensor-core family for M > 16: "auto" picks the tensor-core GEMV "gemv.mma" up to MMA_GEMV_MAX_M rows where its
 # CTAs are few, else the warp-specialized "wgmma.ws" on Hopper (G 64/128), else mma.sync; "wgmma" is the earlier
-# Hopper kernel, kept for comparison; "wgmma.rows" the Hopper kernel whose items take 64-128 rows of x, per tile.
+# Hopper kernel, kept for comparison; "wgmma.rows" the Hopper kernel whose items take 64-128 rows of x, per tile,
+# which "auto" takes over wgmma.ws's 128-row items where its planned schedule is much evener.
 KERNELS = {"auto": 0, "mma.sync": 1, "wgmma": 2, "wgmma.ws": 3, "gemv.mma": 5, "wgmma.rows": 7}
 MMA_GEMV_MAX_M = 256  # must match kMmaGemvMaxM in kernels_ext/tw_gemm.h
 KERNEL_DTYPES = (torch.float16, torch.bfloat16)
@@ -62,7 +63,8 @@ class PackedTW:
 
     @functools.cached_property
     def host_tile_ptr(self) -> torch.Tensor:
-        """tile_ptr in host memory, copied once per weight: the row-flexible kernel's host plans its items from it."""
+        """tile_ptr in host memory, copied once per weight (`to` copies it along): the host plans the row-flexible
+        kernel's items from it, and `auto` decides from that plan whether to take the kernel."""
         return self.tile_ptr.to("cpu", torch.int32).contiguous()
 
     @property
@@ -108,7 +110,10 @@ class PackedTW:
                 continue
             is_value = name in ("values", "res_vals")
             moved[name] = tensor.to(device=device, dtype=dtype if is_value and dtype is not None else None)
-        return replace(self, **moved)
+        packed = replace(self, **moved)
+        # The host copy is taken here, not on the first call, which may run while a CUDA graph is being captured.
+        packed.__dict__["host_tile_ptr"] = self.host_tile_ptr
+        return packed
 
     def matmul(
         self,
@@ -211,7 +216,7 @@ class PackedTW:
             x_feature_major,
             y_feature_major,
             KERNELS[kernel],
-            self.host_tile_ptr if kernel == "wgmma.rows" else None,
+            self.host_tile_ptr if kernel in ("auto", "wgmma.rows") else None,
         )
 
 
