@@ -347,24 +347,28 @@ def _launched_kernels(fn) -> list[str]:
     return [e.key for e in prof.key_averages() if e.device_time_total > 0]
 
 
-def _tiles_keeping(kept: list[int], k: int, g: int, seed: int) -> PackedTW:
-    """A K x (len(kept) * g) weight whose tile t keeps kept[t] random rows of K."""
+def _tiles_keeping(kept: list[int], k: int, n: int, g: int, seed: int) -> PackedTW:
+    """A K x N weight whose tile t (columns t * g onwards) keeps kept[t] random rows of K; the other columns are
+    pruned."""
     gen = torch.Generator().manual_seed(seed)
-    mask = torch.zeros(k, len(kept) * g, dtype=torch.bool)
+    mask = torch.zeros(k, n, dtype=torch.bool)
     for t, rows in enumerate(kept):
         mask[torch.randperm(k, generator=gen)[:rows], t * g : (t + 1) * g] = True
-    return pack_tw(torch.randn(k, mask.shape[1], generator=gen) / math.sqrt(k), mask, g)
+    return pack_tw(torch.randn(k, n, generator=gen) / math.sqrt(k), mask, g)
 
 
 @pytest.mark.parametrize("feature_major", [False, True])
-@pytest.mark.parametrize(("kept", "kernel"), [([1920, 1536, 1024], "rows"), ([384] * 18, "ws")])
+@pytest.mark.parametrize(("kept", "kernel"), [([1920, 1536, 1024], "rows"), ([384] * 12, "ws")])
 def test_auto_takes_row_flexible_kernel_on_few_uneven_tiles(kept: list[int], kernel: str, feature_major: bool) -> None:
     """auto runs wgmma.rows where few tiles of very different kept K make 128-row items uneven (three tiles of
-    1024-1920 rows at M = 4096, like BERT FFN out at 75%), and wgmma.ws where the tiles are alike; both match fp32."""
+    1024-1920 rows at M = 4096, like BERT FFN out at 75%), and wgmma.ws's 128-row items where the tiles are alike (12
+    of 384 rows, like BERT FFN in at 75%); both match fp32.
+    With pruned columns both write a feature-major y, transposed back for a row-major call (the kernel writes no
+    row-major y, so without pruned columns a row-major call stays with wgmma.ws)."""
     if not _is_hopper():
         pytest.skip("wgmma needs a Hopper GPU")
     m, k = 4096, 3072
-    packed = _tiles_keeping(kept, k, 128, seed=len(kept)).to("cuda", torch.float16)
+    packed = _tiles_keeping(kept, k, 128 * len(kept) + 256, 128, seed=len(kept)).to("cuda", torch.float16)
     x = torch.randn(m, k, device="cuda", dtype=torch.float16)
     ref = tw_matmul_reference(x.float(), packed.to("cuda", torch.float32))
     xt = x.t().contiguous()
