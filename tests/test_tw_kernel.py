@@ -13,8 +13,15 @@ from random_masks import random_nm_mask, random_tw_mask
 
 from sparseprune.export.formats.extension import load_kernels
 from sparseprune.export.formats.nm import pack_nm
-from sparseprune.export.formats.tw import MMA_GEMV_MAX_M, PackedTW, pack_tw, tw_matmul, tw_matmul_reference
-from sparseprune.export.sparse_modules import SparseConv2d, im2col
+from sparseprune.export.formats.tw import (
+    MMA_GEMV_MAX_M,
+    PackedTW,
+    host_copy,
+    pack_tw,
+    tw_matmul,
+    tw_matmul_reference,
+)
+from sparseprune.export.sparse_modules import SparseConv2d, SparseLinear, im2col
 
 pytestmark = [
     pytest.mark.gpu,
@@ -379,6 +386,27 @@ def test_auto_takes_row_flexible_kernel_on_few_uneven_tiles(kept: list[int], ker
     assert rel_err(call(), ref) <= KERNEL_TOLERANCE[torch.float16]
     names = " ".join(_launched_kernels(call))
     assert f"tw_wgmma_{kernel}_kernel" in names, f"auto on tiles keeping {kept} launched {names}"
+
+
+def test_host_copy_of_tile_pointers_lasts_until_they_change() -> None:
+    """A device tile_ptr is copied to the host once; an in-place change (as load_state_dict makes) brings a new copy."""
+    tile_ptr = torch.tensor([0, 32, 96], dtype=torch.int32, device="cuda")
+    first = host_copy(tile_ptr)
+    assert host_copy(tile_ptr) is first and first.tolist() == [0, 32, 96]
+    tile_ptr.copy_(torch.tensor([0, 64, 96], dtype=torch.int32))
+    assert host_copy(tile_ptr).tolist() == [0, 64, 96]
+
+
+def test_sparse_linear_copies_nothing_to_the_host_per_call() -> None:
+    """SparseLinear rebuilds its PackedTW from its buffers on every call; after the first call, auto's plan reads the
+    kept host copy of tile_ptr, so a call launches no device-to-host copy (each would wait for the GPU)."""
+    packed = _tiles_keeping([1920, 1536, 1024], 3072, 640, 128, seed=4)
+    layer = SparseLinear(packed, torch.randn(640)).to("cuda", torch.float16)
+    x = torch.randn(4096, 3072, device="cuda", dtype=torch.float16)
+    ref = tw_matmul_reference(x.float(), packed.to("cuda", torch.float32), layer.bias.float())
+    assert rel_err(layer(x), ref) <= KERNEL_TOLERANCE[torch.float16]
+    names = _launched_kernels(lambda: layer(x))
+    assert not [name for name in names if "DtoH" in name or "Device -> Pageable" in name], names
 
 
 def test_hopper_kernels_agree_and_repeat() -> None:

@@ -12,7 +12,6 @@ including tiles that lost all their rows.
 
 from __future__ import annotations
 
-import functools
 import logging
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
@@ -61,11 +60,11 @@ class PackedTW:
     def num_tiles(self) -> int:
         return self.tile_ptr.numel() - 1
 
-    @functools.cached_property
+    @property
     def host_tile_ptr(self) -> torch.Tensor:
-        """tile_ptr in host memory, copied once per weight (`to` copies it along): the host plans the row-flexible
-        kernel's items from it, and `auto` decides from that plan whether to take the kernel."""
-        return self.tile_ptr.to("cpu", torch.int32).contiguous()
+        """tile_ptr in host memory: the host plans the row-flexible kernel's items from it, and `auto` decides from
+        that plan whether to take the kernel (`host_copy`)."""
+        return host_copy(self.tile_ptr)
 
     @property
     def has_residual(self) -> bool:
@@ -111,8 +110,8 @@ class PackedTW:
             is_value = name in ("values", "res_vals")
             moved[name] = tensor.to(device=device, dtype=dtype if is_value and dtype is not None else None)
         packed = replace(self, **moved)
-        # The host copy is taken here, not on the first call, which may run while a CUDA graph is being captured.
-        packed.__dict__["host_tile_ptr"] = self.host_tile_ptr
+        # The host copy is taken now, not on the first call, which may run while a CUDA graph is being captured.
+        keep_host_copy(packed.tile_ptr, self.host_tile_ptr)
         return packed
 
     def matmul(
@@ -218,6 +217,24 @@ class PackedTW:
             KERNELS[kernel],
             self.host_tile_ptr if kernel in ("auto", "wgmma.rows") else None,
         )
+
+
+def host_copy(index: torch.Tensor) -> torch.Tensor:
+    """A contiguous int32 host copy of a device index tensor, made once and kept on the tensor itself: modules
+    rebuild their PackedTW from the same buffers on every call, and a copy per call would synchronize each one with
+    the GPU. An in-place change of the tensor (load_state_dict) bumps its version and brings a fresh copy."""
+    if index.device.type == "cpu":
+        return index.to(torch.int32).contiguous()
+    kept = getattr(index, "_sparseprune_host_copy", None)
+    if kept is None or kept[0] != index._version:
+        keep_host_copy(index, index.to("cpu", torch.int32).contiguous())
+    return index._sparseprune_host_copy[1]
+
+
+def keep_host_copy(index: torch.Tensor, host: torch.Tensor) -> None:
+    """Store `host` as the host copy `host_copy` returns for this version of `index`."""
+    if index.device.type != "cpu":
+        index._sparseprune_host_copy = (index._version, host)
 
 
 def stored_feature_major(x: torch.Tensor) -> bool:
