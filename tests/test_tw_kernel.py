@@ -395,6 +395,9 @@ def test_host_copy_of_tile_pointers_lasts_until_they_change() -> None:
     assert host_copy(tile_ptr) is first and first.tolist() == [0, 32, 96]
     tile_ptr.copy_(torch.tensor([0, 64, 96], dtype=torch.int32))
     assert host_copy(tile_ptr).tolist() == [0, 64, 96]
+    with torch.inference_mode():  # no version counter: copied once all the same
+        made_in_inference = tile_ptr.clone()
+    assert host_copy(made_in_inference) is host_copy(made_in_inference)
 
 
 def test_sparse_linear_copies_nothing_to_the_host_per_call() -> None:

@@ -226,7 +226,7 @@ def host_copy(index: torch.Tensor) -> torch.Tensor:
     if index.device.type == "cpu":
         return index.to(torch.int32).contiguous()
     kept = getattr(index, "_sparseprune_host_copy", None)
-    if kept is None or kept[0] != index._version:
+    if kept is None or kept[0] != _version(index):
         keep_host_copy(index, index.to("cpu", torch.int32).contiguous())
     return index._sparseprune_host_copy[1]
 
@@ -234,7 +234,12 @@ def host_copy(index: torch.Tensor) -> torch.Tensor:
 def keep_host_copy(index: torch.Tensor, host: torch.Tensor) -> None:
     """Store `host` as the host copy `host_copy` returns for this version of `index`."""
     if index.device.type != "cpu":
-        index._sparseprune_host_copy = (index._version, host)
+        index._sparseprune_host_copy = (_version(index), host)
+
+
+def _version(tensor: torch.Tensor) -> int:
+    """The tensor's in-place change count; tensors made under torch.inference_mode count none (-1)."""
+    return -1 if tensor.is_inference() else tensor._version
 
 
 def stored_feature_major(x: torch.Tensor) -> bool:
