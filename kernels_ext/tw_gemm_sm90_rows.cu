@@ -307,10 +307,12 @@ int64_t schedule_peak(const std::vector<int64_t>& costs, int grid) {
   return *std::max_element(loads.begin(), loads.end());
 }
 
-// A schedule with its busiest SM's cost in the model above.
+// A schedule with its busiest SM's cost in the model above, and that of 128-row items on every tile (what the
+// warp-specialized kernel would run), for `auto`'s choice.
 struct PlannedRows {
   RowsSchedule schedule;
   int64_t peak;
+  int64_t peak_128;
 };
 
 // Busiest SM's cost when every tile's items are `rows` high, handed out heaviest first.
@@ -329,7 +331,7 @@ PlannedRows plan_rows_schedule(const std::vector<int>& kept, int64_t M, int sms)
   double mean = 0.0;
   for (int k : kept) mean += k;
   mean = std::max(1.0, mean / tiles);
-  PlannedRows best{{}, -1};
+  PlannedRows best{{}, -1, uniform_peak(kept, M, 128, sms)};
   for (int f_pct = 30; f_pct <= 300; f_pct += 5) {
     std::vector<int> code(static_cast<size_t>(tiles));
     for (int t = 0; t < tiles; ++t) {
@@ -356,7 +358,10 @@ PlannedRows plan_rows_schedule(const std::vector<int>& kept, int64_t M, int sms)
     s.items = static_cast<int32_t>(costs.size());
     s.first_item[tiles] = s.items;
     const int64_t peak = schedule_peak(costs, std::min(s.items, sms));
-    if (best.peak < 0 || peak < best.peak || (peak == best.peak && s.items < best.schedule.items)) best = {s, peak};
+    if (best.peak < 0 || peak < best.peak || (peak == best.peak && s.items < best.schedule.items)) {
+      best.schedule = s;
+      best.peak = peak;
+    }
   }
   return best;
 }
@@ -368,7 +373,8 @@ std::vector<int> host_kept_rows(const PackedTile& w) {
   return kept;
 }
 
-// Schedules by (M, SMs, kept rows per tile): planning walks every item for 55 factors, so it runs once per shape.
+// Schedules by (M, SMs, kept rows per tile): planning walks every item for 55 factors, so it runs once per shape
+// (and weight), also for `auto`'s choice.
 const PlannedRows& cached_schedule(const std::vector<int>& kept, int64_t M, int sms) {
   static std::mutex mutex;
   static std::map<std::vector<int64_t>, PlannedRows> cache;
@@ -408,9 +414,8 @@ const char* rows_unsupported(const PackedTile& w, const Problem& p) {
 
 bool rows_schedule_pays(const PackedTile& w, const Problem& p) {
   if (rows_unsupported(w, p) != nullptr) return false;
-  const std::vector<int> kept = host_kept_rows(w);
-  const int sms = std::max(1, p.num_sms);
-  return 100 * cached_schedule(kept, p.M, sms).peak <= kRowsPayPercent * uniform_peak(kept, p.M, 128, sms);
+  const PlannedRows& plan = cached_schedule(host_kept_rows(w), p.M, std::max(1, p.num_sms));
+  return 100 * plan.peak <= kRowsPayPercent * plan.peak_128;
 }
 
 const char* launch_wgmma_rows(const PackedTile& w, const Problem& p) {
