@@ -307,12 +307,10 @@ int64_t schedule_peak(const std::vector<int64_t>& costs, int grid) {
   return *std::max_element(loads.begin(), loads.end());
 }
 
-// A schedule with its busiest SM's cost in the model above, and that of 128-row items on every tile (what the
-// warp-specialized kernel would run), for `auto`'s choice.
+// A schedule with its busiest SM's cost in the model above.
 struct PlannedRows {
   RowsSchedule schedule;
   int64_t peak;
-  int64_t peak_128;
 };
 
 // Busiest SM's cost when every tile's items are `rows` high, handed out heaviest first.
@@ -331,7 +329,7 @@ PlannedRows plan_rows_schedule(const std::vector<int>& kept, int64_t M, int sms)
   double mean = 0.0;
   for (int k : kept) mean += k;
   mean = std::max(1.0, mean / tiles);
-  PlannedRows best{{}, -1, uniform_peak(kept, M, 128, sms)};
+  PlannedRows best{{}, -1};
   for (int f_pct = 30; f_pct <= 300; f_pct += 5) {
     std::vector<int> code(static_cast<size_t>(tiles));
     for (int t = 0; t < tiles; ++t) {
@@ -373,17 +371,40 @@ std::vector<int> host_kept_rows(const PackedTile& w) {
   return kept;
 }
 
-// Schedules by (M, SMs, kept rows per tile): planning walks every item for 55 factors, so it runs once per shape
-// (and weight), also for `auto`'s choice.
+// Values kept per (M, SMs, kept rows per tile), made once: planning walks every item for 55 factors.
+template <typename V>
+class ShapeCache {
+ public:
+  template <typename Make>
+  const V& get(const std::vector<int>& kept, int64_t M, int sms, Make make) {
+    std::vector<int64_t> key{M, sms};
+    key.insert(key.end(), kept.begin(), kept.end());
+    const std::lock_guard<std::mutex> lock(mutex_);
+    const auto found = entries_.find(key);
+    if (found != entries_.end()) return found->second;
+    return entries_.emplace(std::move(key), make()).first->second;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::map<std::vector<int64_t>, V> entries_;
+};
+
 const PlannedRows& cached_schedule(const std::vector<int>& kept, int64_t M, int sms) {
-  static std::mutex mutex;
-  static std::map<std::vector<int64_t>, PlannedRows> cache;
-  std::vector<int64_t> key{M, sms};
-  key.insert(key.end(), kept.begin(), kept.end());
-  const std::lock_guard<std::mutex> lock(mutex);
-  const auto found = cache.find(key);
-  if (found != cache.end()) return found->second;
-  return cache.emplace(std::move(key), plan_rows_schedule(kept, M, sms)).first->second;
+  static ShapeCache<PlannedRows> schedules;
+  return schedules.get(kept, M, sms, [&] { return plan_rows_schedule(kept, M, sms); });
+}
+
+// Whether the planned schedule's busiest SM has at most kRowsPayPercent of the 128-row schedule's. No plan's busiest
+// SM has less than the mean work at the least cost per row (128-row items: (128 + 32) / 128), so where even that
+// mean leaves no such margin (schedules of many rounds) the plan is not made.
+bool rows_pay(const std::vector<int>& kept, int64_t M, int sms) {
+  const int64_t peak_128 = uniform_peak(kept, M, 128, sms);
+  int64_t steps = 0;
+  for (int k : kept) steps += cdiv(k, 64);
+  const int64_t least_peak = 5 * M * steps / (4 * sms);
+  if (100 * least_peak > kRowsPayPercent * peak_128) return false;
+  return 100 * cached_schedule(kept, M, sms).peak <= kRowsPayPercent * peak_128;
 }
 
 template <typename T, typename Cfg>
@@ -414,8 +435,10 @@ const char* rows_unsupported(const PackedTile& w, const Problem& p) {
 
 bool rows_schedule_pays(const PackedTile& w, const Problem& p) {
   if (rows_unsupported(w, p) != nullptr) return false;
-  const PlannedRows& plan = cached_schedule(host_kept_rows(w), p.M, std::max(1, p.num_sms));
-  return 100 * plan.peak <= kRowsPayPercent * plan.peak_128;
+  static ShapeCache<bool> choices;
+  const std::vector<int> kept = host_kept_rows(w);
+  const int sms = std::max(1, p.num_sms);
+  return choices.get(kept, p.M, sms, [&] { return rows_pay(kept, p.M, sms); });
 }
 
 const char* launch_wgmma_rows(const PackedTile& w, const Problem& p) {
