@@ -8,7 +8,15 @@ from gemm_checks import dense_reference
 from random_masks import random_tw_mask
 
 from sparseprune.errors import UserError
-from sparseprune.export.formats.tw import K_STEP, PackedTW, pack_tw, tw_matmul, tw_matmul_reference
+from sparseprune.export.formats.tw import (
+    K_STEP,
+    PackedTW,
+    host_copy,
+    keep_host_copy,
+    pack_tw,
+    tw_matmul,
+    tw_matmul_reference,
+)
 
 
 @pytest.mark.parametrize("granularity", [32, 64, 128])
@@ -132,6 +140,32 @@ def test_serialisation_and_conversion_round_trip() -> None:
     assert half.values.dtype == torch.float16 and half.res_vals.dtype == torch.float16
     assert half.rows.dtype == torch.int32
     assert half.nbytes() < packed.nbytes()
+
+
+def test_host_copy_is_kept_on_the_tensor_until_it_changes() -> None:
+    """The host copy of a device tile_ptr lives on the tensor (modules rebuild PackedTW per call) and is made again
+    after an in-place change. A meta tensor stands in for the device one: copying out of it raises, so a lookup that
+    tried to copy would show."""
+    on_device = torch.empty(3, dtype=torch.int32, device="meta")
+    host = torch.tensor([0, 32, 96], dtype=torch.int32)
+    keep_host_copy(on_device, host)
+    assert host_copy(on_device) is host
+    assert host_copy(on_device) is host
+    on_device.add_(1)
+    with pytest.raises(NotImplementedError):
+        host_copy(on_device)
+    cpu = torch.tensor([0, 32], dtype=torch.int64)
+    assert host_copy(cpu).dtype == torch.int32 and host_copy(cpu).tolist() == [0, 32]
+
+
+def test_moving_a_packed_weight_hands_its_host_copy_over() -> None:
+    """PackedTW.to leaves the host copy on the moved tile_ptr, so the first call (maybe under a CUDA-graph capture)
+    copies nothing; the meta device stands in for the GPU."""
+    gen = torch.Generator().manual_seed(0)
+    packed = pack_tw(torch.randn(64, 256, generator=gen), random_tw_mask(64, 256, 64, 0.5, (0.2, 0.8), gen), 64)
+    moved = packed.to("meta")
+    assert moved.tile_ptr.is_meta
+    assert moved.host_tile_ptr.tolist() == packed.tile_ptr.tolist()
 
 
 def test_leading_dims_and_feature_major_entry() -> None:
