@@ -56,7 +56,7 @@ LEGEND = (
     "the 'wgmma', 'wgmma.ws' and 'wgmma.rows' columns force the Hopper kernels on feature-major x, the 'gemv.mma' "
     "column the "
     f"tensor-core GEMV ('auto' picks that GEMV up to 32 rows, and up to {MMA_GEMV_MAX_M} where its CTAs are few; "
-    "wgmma.ws above)."
+    "wgmma.ws above, or wgmma.rows where few, uneven tiles would spread wgmma.ws's 128-row items unevenly)."
 )
 SHORT_COLUMNS = {
     "shape",
