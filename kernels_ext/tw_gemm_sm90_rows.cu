@@ -156,15 +156,7 @@ __device__ __forceinline__ void consume_item(const Problem& p, const RowsItem& i
         wgmma_mn_major<Rows, T>(acc[i], wgmma_desc(sv + i * kSlab + kk * 2048, kSlab, 1024), desc_x);
       }
     }
-    wgmma_commit();
-    wgmma_wait<1>();  // the previous step's MMAs are done: its stage goes back to the producer
-    fence_accumulators(acc);
-    if (held >= 0 && release_lane) mbarrier_arrive(empty + held * 8);
-    held = stage;
-    if (++stage == Cfg::kStages) {
-      stage = 0;
-      phase ^= 1;
-    }
+    retire_previous_step<Cfg::kStages>(acc, empty, release_lane, held, stage, phase);
   }
   if (release_lane) mbarrier_arrive(order + 8 * (1 - cwg));  // every stage of this item waited on: the other's turn
   const T* bias = static_cast<const T*>(p.bias);

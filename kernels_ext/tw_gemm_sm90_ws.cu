@@ -369,15 +369,7 @@ __device__ __forceinline__ void consume(const PackedTile& w, const Problem& p, i
       // Always the full step, one straight-line MMA sequence: the half step a 32-padded tile can end with has
       // zero-filled rows in both operands, and a branch between two sequences made ptxas serialize every wgmma.
       wgmma_k_step<T, Cfg::kBN, MIWG, BK / 16>(acc, sa, sb, Cfg::first_block(cwg), Cfg::kSlabBytes);
-      wgmma_commit();
-      wgmma_wait<1>();  // the previous step's MMAs are done: its stage goes back to the producer
-      fence_accumulators(acc);
-      if (held >= 0 && release_lane) mbarrier_arrive(empty + held * 8);
-      held = stage;
-      if (++stage == Cfg::kStages) {
-        stage = 0;
-        phase ^= 1;
-      }
+      retire_previous_step<Cfg::kStages>(acc, empty, release_lane, held, stage, phase);
     }
     if (!Cfg::kCooperative && release_lane) {
       mbarrier_arrive(order + 8 * (1 - cwg));  // every stage of this item waited on: the other's turn

@@ -1,6 +1,6 @@
 // Pieces shared by the persistent Hopper TW kernels (tw_gemm_sm90_ws.cu, tw_gemm_sm90_rows.cu): the static
 // schedule's order of items, how a producer thread covers a stage, the producer's gather of an item, ring positions,
-// accumulator fences and the tensor map of the packed values. No torch headers.
+// accumulator fences, a consumer's end of a K step and the tensor map of the packed values. No torch headers.
 #pragma once
 
 #include <cuda.h>
@@ -47,6 +47,15 @@ __device__ __forceinline__ void advance_ring(int& stage, uint32_t& phase, int st
   stage += steps;
   phase ^= static_cast<uint32_t>(stage / Stages) & 1u;
   stage %= Stages;
+}
+
+// The next stage of the ring, the step by step form of advance_ring that the K-step loops take.
+template <int Stages>
+__device__ __forceinline__ void next_stage(int& stage, uint32_t& phase) {
+  if (++stage == Stages) {
+    stage = 0;
+    phase ^= 1;
+  }
 }
 
 #ifdef SPARSEPRUNE_WGMMA
@@ -107,10 +116,7 @@ __device__ __forceinline__ void gather_item(const int32_t* rows, int p0, int p_e
       }
     }
     cp_async_mbarrier_arrive(bar);
-    if (++stage == Cfg::kStages) {
-      stage = 0;
-      phase ^= 1;
-    }
+    next_stage<Cfg::kStages>(stage, phase);
     rows_lo = next_lo;
     rows_hi = next_hi;
   }
@@ -122,6 +128,19 @@ __device__ __forceinline__ void fence_accumulators(float (&acc)[MIWG][NACC]) {
   for (int i = 0; i < MIWG; ++i)
 #pragma unroll
     for (int e = 0; e < NACC; ++e) wgmma_fence_operand(acc[i][e]);
+}
+
+// A consumer's end of one K step, after issuing its MMAs: wait for the previous step's, hand that step's stage back to
+// the producer (one arrival per warp, from `release_lane`) and move on; `held` is the stage the MMAs just issued read.
+template <int Stages, int MIWG, int NACC>
+__device__ __forceinline__ void retire_previous_step(float (&acc)[MIWG][NACC], uint32_t empty, bool release_lane,
+                                                     int& held, int& stage, uint32_t& phase) {
+  wgmma_commit();
+  wgmma_wait<1>();  // the previous step's MMAs are done: its stage goes back to the producer
+  fence_accumulators(acc);
+  if (held >= 0 && release_lane) mbarrier_arrive(empty + held * 8);
+  held = stage;
+  next_stage<Stages>(stage, phase);
 }
 #endif
 
