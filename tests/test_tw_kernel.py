@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from gemm_checks import KERNEL_TOLERANCE, rel_err
 from random_masks import random_nm_mask, random_tw_mask
 
+from bench.common import kernel_times
 from sparseprune.export.formats.extension import load_kernels
 from sparseprune.export.formats.nm import pack_nm
 from sparseprune.export.formats.tw import (
@@ -347,13 +348,6 @@ def test_row_flexible_kernel_refuses_what_it_cannot_run() -> None:
         tw_matmul(torch.randn(256, k, device="cuda", dtype=torch.float16), many, kernel="wgmma.rows")
 
 
-def _launched_kernels(fn) -> list[str]:
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        fn()
-        torch.cuda.synchronize()
-    return [e.key for e in prof.key_averages() if e.device_time_total > 0]
-
-
 def _tiles_keeping(kept: list[int], k: int, n: int, g: int, seed: int) -> PackedTW:
     """A K x N weight whose tile t (columns t * g onwards) keeps kept[t] random rows of K; the other columns are
     pruned."""
@@ -384,7 +378,7 @@ def test_auto_takes_row_flexible_kernel_on_few_uneven_tiles(kept: list[int], ker
         return packed.matmul_feature_major(xt).t() if feature_major else packed.matmul(x)
 
     assert rel_err(call(), ref) <= KERNEL_TOLERANCE[torch.float16]
-    names = " ".join(_launched_kernels(call))
+    names = " ".join(kernel_times(call))
     assert f"tw_wgmma_{kernel}_kernel" in names, f"auto on tiles keeping {kept} launched {names}"
 
 
@@ -408,7 +402,7 @@ def test_sparse_linear_copies_nothing_to_the_host_per_call() -> None:
     x = torch.randn(4096, 3072, device="cuda", dtype=torch.float16)
     ref = tw_matmul_reference(x.float(), packed.to("cuda", torch.float32), layer.bias.float())
     assert rel_err(layer(x), ref) <= KERNEL_TOLERANCE[torch.float16]
-    names = _launched_kernels(lambda: layer(x))
+    names = list(kernel_times(lambda: layer(x)))
     assert not [name for name in names if "DtoH" in name or "Device -> Pageable" in name], names
 
 
