@@ -11,6 +11,7 @@
 // Large M: a CTA owns a 64 x 64 output tile; a thread owns one column and 16 rows, reads one weight and one index
 // per kept row and does 16 FMAs against the staged x tile (fp32 accumulation).
 #include <algorithm>
+#include <type_traits>
 
 #include "nm_device.cuh"
 
@@ -58,14 +59,30 @@ __device__ __forceinline__ LaneColumns lane_columns(const PackedNMView& w, int64
   return {at0, packed_offset(w, 1, n0) - at0};
 }
 
-// The 8 in-group positions of columns n0..n0+7 in packed row `row` (value offset `at`), unmasked: one 4-byte word
-// of nibbles (in .x) or one 8-byte word of bytes.
+// The same from a chunk's first packed row row0, with the rows counted from it: values at vals[r * stride],
+// element-wise positions at idx[r * stride * idx_bits / 8].
+template <typename T, typename Offset>
+struct LaneRows {
+  const T* vals;
+  const uint8_t* idx;
+  Offset stride;
+};
+
+template <typename T, Positions P, typename Offset>
+__device__ __forceinline__ LaneRows<T, Offset> lane_rows(const PackedNMView& w, const LaneColumns& lc, int64_t row0) {
+  const int64_t first = lc.base + row0 * lc.stride;  // even for 4-bit positions: panels and lanes start so
+  return {static_cast<const T*>(w.values) + first, w.idx + (P == Positions::kNibbles ? first / 2 : first),
+          static_cast<Offset>(lc.stride)};
+}
+
+// The 8 in-group positions of columns n0..n0+7 in packed row `row`, unmasked: one 4-byte word of nibbles (in .x) or
+// 8 bytes. `at` points at them in an element-wise packing; a vector-wise one gathers them from its rows of N / vector.
 template <Positions P>
-__device__ __forceinline__ uint2 load_positions(const PackedNMView& w, int64_t row, int64_t n0, int64_t at) {
+__device__ __forceinline__ uint2 load_positions(const PackedNMView& w, const uint8_t* at, int64_t row, int64_t n0) {
   if constexpr (P == Positions::kNibbles) {
-    return make_uint2(__ldg(reinterpret_cast<const uint32_t*>(w.idx + at / 2)), 0u);
+    return make_uint2(__ldg(reinterpret_cast<const uint32_t*>(at)), 0u);
   } else if constexpr (P == Positions::kBytes) {
-    return __ldg(reinterpret_cast<const uint2*>(w.idx + at));
+    return __ldg(reinterpret_cast<const uint2*>(at));
   } else {
     const uint8_t* r = w.idx + row * (w.N / w.vector);
     uint32_t word[2] = {0u, 0u};
@@ -84,23 +101,16 @@ struct RowBatch {
   uint2 positions[kUnroll];
 };
 
-// Loads packed rows row0 + l, row0 + l + kRowSlots, ... (kUnroll of them, those with l below `rows`) for the lane's
-// 8 columns from n0. Rows inside a chunk are counted from its first, row0, in 32 bits.
-template <typename T, Positions P>
-__device__ __forceinline__ void load_rows(RowBatch& batch, const PackedNMView& w, const LaneColumns& lc, int64_t row0,
-                                          int l, int rows, int64_t n0) {
-  const T* vals = static_cast<const T*>(w.values);
-  const int64_t at0 = lc.base + row0 * lc.stride;
+// Loads a chunk's packed rows l, l + kRowSlots, ... (kUnroll of them, those below `rows`; rows counted from the
+// chunk's first) through load(row, values, positions).
+template <typename Load>
+__device__ __forceinline__ void load_rows(RowBatch& batch, int l, int rows, const Load& load) {
 #pragma unroll
   for (int u = 0; u < kUnroll; ++u) {
     const int lu = l + u * kRowSlots;
     batch.values[u] = make_uint4(0u, 0u, 0u, 0u);
     batch.positions[u] = make_uint2(0u, 0u);
-    if (lu < rows) {
-      const int64_t at = at0 + static_cast<int64_t>(lu) * lc.stride;
-      batch.values[u] = __ldg(reinterpret_cast<const uint4*>(vals + at));
-      batch.positions[u] = load_positions<P>(w, row0 + lu, n0, at);
-    }
+    if (lu < rows) load(lu, batch.values[u], batch.positions[u]);
   }
 }
 
@@ -169,8 +179,27 @@ __global__ void __launch_bounds__(kThreads, gemv_min_blocks(MaxM, P)) nm_gemv_ke
     const int len = static_cast<int>((g1 - g0) * m);
     const int64_t k0 = g0 * m, row0 = g0 * kept;
     const int rows = static_cast<int>((g1 - g0) * kept);
+    // Reads packed row row0 + r of the lane's columns. Up to two rows of x, from pointers to the chunk's first row
+    // (in 32 bits at one row: a panel's chunk spans fewer than 2^31 values): one multiply-add per row instead of
+    // 64-bit products and a signed halving took six element-wise patterns on the decode weight 3-9% faster at one
+    // row and moved two rows by -2% to +4% (bench/results/nm_h200_lane_rows.md). From three rows, where the registers
+    // are short (80 a thread for three CTAs per SM), 64-bit offsets from the lane's first packed row: the pointers ran
+    // three and four rows 4-5% slower.
+    const auto load = [&](int r, uint4& values, uint2& positions) {
+      if constexpr (MaxM <= 2) {
+        using Offset = std::conditional_t<MaxM == 1 && P != Positions::kVectorBytes, int, int64_t>;
+        const LaneRows<T, Offset> lr = lane_rows<T, P, Offset>(w, lc, row0);
+        const Offset at = static_cast<Offset>(r) * lr.stride;  // >= 0
+        values = __ldg(reinterpret_cast<const uint4*>(lr.vals + at));
+        positions = load_positions<P>(w, lr.idx + (P == Positions::kNibbles ? at >> 1 : at), row0 + r, n0);
+      } else {
+        const int64_t at = lc.base + row0 * lc.stride + static_cast<int64_t>(r) * lc.stride;
+        values = __ldg(reinterpret_cast<const uint4*>(static_cast<const T*>(w.values) + at));
+        positions = load_positions<P>(w, w.idx + (P == Positions::kNibbles ? at / 2 : at), row0 + r, n0);
+      }
+    };
     RowBatch batch;
-    if (col_ok) load_rows<T, P>(batch, w, lc, row0, slot, rows, n0);
+    if (col_ok) load_rows(batch, slot, rows, load);
     if (g0 != g_begin) __syncthreads();  // the previous chunk is fully read
     stage_x_chunk<T, kChunkK>(s_x, x, p.ldx, k0, M, len);
     __syncthreads();
@@ -194,7 +223,7 @@ __global__ void __launch_bounds__(kThreads, gemv_min_blocks(MaxM, P)) nm_gemv_ke
           }
         }
       }
-      if (l + kRowSlots * kUnroll < rows) load_rows<T, P>(batch, w, lc, row0, l + kRowSlots * kUnroll, rows, n0);
+      if (l + kRowSlots * kUnroll < rows) load_rows(batch, l + kRowSlots * kUnroll, rows, load);
     }
   }
 
