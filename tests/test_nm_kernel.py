@@ -68,6 +68,17 @@ def test_split_k_spmv(dtype: torch.dtype, rows: int, k: int, n: int, kept: int, 
     torch.testing.assert_close(nm_matmul(x, packed, bias, "gelu", kernel="simt"), y, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize(("rows", "kept", "m"), [(1, 2, 8), (1, 8, 32), (2, 1, 4), (3, 2, 16)])
+def test_spmv_over_several_chunks(rows: int, kept: int, m: int) -> None:
+    """K past one chunk of staged x (8192 / max rows of x) on enough panels that K is not split, with a narrow last
+    panel: each chunk reads its packed rows from its own first row (per-chunk pointers up to two rows of x)."""
+    k, n = 3 * 8192 // (1 if rows == 1 else 2 if rows == 2 else 4) + 8 * m, 2112 + 8
+    packed, x, bias, b = _case(rows, k // m, n, kept, m, 1, torch.float16, seed=k + kept)
+    y = nm_matmul(x, packed, bias, "relu", kernel="simt")
+    err = rel_err(y, dense_reference(x, b, bias, "relu", dtype=torch.float32))
+    assert err <= KERNEL_TOLERANCE[torch.float16], f"{kept}:{m} M={rows} K={k} N={n}: {err:.2e}"
+
+
 # The tensor-core GEMV takes element-wise packings with kept / m <= 1/2, K a multiple of 32 and N of 32 from 5 rows of
 # x: every group size, steps of several groups (m < 32) or one (m = 32), few steps per warp, and
 # a K split (N = 64, long K) whose finalize pass sums the slices.
