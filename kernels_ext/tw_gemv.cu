@@ -29,14 +29,26 @@ constexpr int kSlicePartialFloats = kGemvWarps * MaxM * kGemvSliceCols;
 
 // A GEMV CTA's work, from its block index: slice `slice` of tile `tile`, whose kept rows start at p0 in w.rows and
 // w.values, over the kept rows [kb, ke) of the tile (its K split, blockIdx.y).
+// The tile pointers as a kernel parameter, taken from the host copy where the call has one (`auto`) and the tiles
+// are few enough: the one-row GEMV's CTAs then find their tile's rows in the parameter space instead of waiting for
+// tile_ptr from global memory before their first value load (a dependent load from HBM where the weight is cold, as
+// it is for each layer of a decoding model): 2-4% faster at one row on 4096 x 11008 at 50-90% sparsity
+// (bench/results/tw_h200_gemv_tile_bounds.md). count 0: read tile_ptr.
+constexpr int kParamTiles = 512;
+struct TileBounds {
+  int32_t count;
+  int32_t ptr[kParamTiles + 1];
+};
+
 struct SliceWork {
   int tile, slice, p0, kb, ke;
-  __device__ __forceinline__ SliceWork(const PackedTile& w, int k_split) {
+  __device__ __forceinline__ SliceWork(const PackedTile& w, int k_split, const TileBounds* bounds = nullptr) {
     const int slices = w.granularity / kGemvSliceCols;
     tile = blockIdx.x / slices;
     slice = blockIdx.x % slices;
-    p0 = w.tile_ptr[tile];
-    const int kt = w.tile_ptr[tile + 1] - p0;
+    const bool in_params = bounds != nullptr && bounds->count > 0;
+    p0 = in_params ? bounds->ptr[tile] : w.tile_ptr[tile];
+    const int kt = (in_params ? bounds->ptr[tile + 1] : w.tile_ptr[tile + 1]) - p0;
     kb = min(kt, static_cast<int>(blockIdx.y) * k_split);
     ke = min(kt, kb + k_split);
   }
@@ -339,14 +351,15 @@ __device__ __forceinline__ void finish_row_share(float (&acc)[1][8], float* s_x,
 // RowShares = G / 32: the tile's CTAs form a cluster and split its kept rows instead of its columns, so each reads a
 // contiguous block of whole rows; the cluster then adds the shares' sums (finish_row_share).
 template <typename T, int RowShares>
-__global__ void __launch_bounds__(kGemvThreads) tw_gemv_whole_x_kernel(PackedTile w, Problem p, int k_split) {
+__global__ void __launch_bounds__(kGemvThreads)
+    tw_gemv_whole_x_kernel(PackedTile w, Problem p, int k_split, const __grid_constant__ TileBounds bounds) {
   constexpr int MaxM = 1;
   constexpr int kCols = 8, kLanesN = 4 * RowShares, kRowSlots = kGemvThreads / kLanesN;
   constexpr int kUnroll = GemvShape<MaxM>::kUnroll;
   allow_dependent_launch();  // a finalize pass may follow
   __shared__ __align__(16) float s_x[kGemvStageFloats];
   __shared__ float s_shares[RowShares > 1 ? kGemvWarps * kGemvSliceCols : 1];
-  const SliceWork work(w, k_split);
+  const SliceWork work(w, k_split, &bounds);
   const int tid = threadIdx.x;
   const int per_share = (work.ke - work.kb + RowShares - 1) / RowShares;
   const int kb = work.kb + work.slice % RowShares * per_share, ke = min(work.ke, kb + per_share);
@@ -688,22 +701,24 @@ int resident_clusters() {
 }
 
 template <auto kKernel, int Cluster>
-const char* launch_clustered(dim3 grid, cudaStream_t stream, const PackedTile& w, const Problem& p, int k_split) {
+const char* launch_clustered(dim3 grid, cudaStream_t stream, const PackedTile& w, const Problem& p, int k_split,
+                             const TileBounds& bounds) {
   const ClusterLaunch<Cluster> launch(grid, stream);
-  const cudaError_t err = cudaLaunchKernelEx(&launch.config, kKernel, w, p, k_split);
+  const cudaError_t err = cudaLaunchKernelEx(&launch.config, kKernel, w, p, k_split, bounds);
   return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
 }
 
 // The row-share GEMV, a tile's G / 32 slice CTAs (Cluster of them) in one cluster, where the tiles are Cluster slices
 // wide and every cluster fits one round; nothing launched (nullopt) otherwise.
 template <typename T, int Cluster>
-std::optional<const char*> launch_row_shares(const PackedTile& w, const Problem& p, dim3 grid, int k_split) {
+std::optional<const char*> launch_row_shares(const PackedTile& w, const Problem& p, dim3 grid, int k_split,
+                                             const TileBounds& bounds) {
   constexpr auto kKernel = tw_gemv_whole_x_kernel<T, Cluster>;
   const int64_t ctas = static_cast<int64_t>(grid.x) * grid.y;
   if (w.granularity != Cluster * kGemvSliceCols || ctas > int64_t{Cluster} * resident_clusters<kKernel, Cluster>()) {
     return std::nullopt;
   }
-  return launch_clustered<kKernel, Cluster>(grid, p.stream, w, p, k_split);
+  return launch_clustered<kKernel, Cluster>(grid, p.stream, w, p, k_split, bounds);
 }
 
 template <typename T, int Frags>
@@ -713,6 +728,15 @@ const char* launch_mma_gemv(const PackedTile& w, const Problem& p, dim3 grid, in
   if (const char* err = allow_dynamic_smem<kKernel, kSmem>()) return err;
   grid.z = cdiv(p.M, MmaGemvShape<Frags>::kRows);
   return launch_kernel(kKernel, grid, dim3(kGemvThreads), kSmem, p.stream, p.x_from_prior_kernel, w, p, k_split);
+}
+
+TileBounds tile_bounds(const PackedTile& w) {
+  TileBounds bounds{};
+  if (w.host_tile_ptr != nullptr && w.num_tiles <= kParamTiles) {
+    bounds.count = w.num_tiles;
+    std::copy(w.host_tile_ptr, w.host_tile_ptr + w.num_tiles + 1, bounds.ptr);
+  }
+  return bounds;
 }
 
 template <typename T>
@@ -731,12 +755,16 @@ const char* launch_typed(const PackedTile& w, const Problem& p, const Plan& plan
   // 2-8% faster at 50-90% sparsity on 4096 x 11008, 4.5% slower at 30%, whose CTAs take two rounds.
   const int64_t ctas = static_cast<int64_t>(grid.x) * grid.y;
   if (p.M <= 1 && w.K < kGemvStageFloats) {
+    const TileBounds bounds = tile_bounds(w);
     if (plan.splits == 1 && w.value_rows >= int64_t{kRowShareMinMeanK} * w.num_tiles && sm90_or_later()) {
-      if (const auto launched = launch_row_shares<T, 4>(w, p, grid, k_split)) return *launched;  // G = 128
-      if (const auto launched = launch_row_shares<T, 2>(w, p, grid, k_split)) return *launched;  // G = 64
+      if (const auto launched = launch_row_shares<T, 4>(w, p, grid, k_split, bounds)) return *launched;  // G = 128
+      if (const auto launched = launch_row_shares<T, 2>(w, p, grid, k_split, bounds)) return *launched;  // G = 64
     }
     constexpr auto kWholeX = tw_gemv_whole_x_kernel<T, 1>;
-    if (ctas <= resident_ctas_per_sm<kWholeX>() * int64_t{p.num_sms}) return run(kWholeX);
+    if (ctas <= resident_ctas_per_sm<kWholeX>() * int64_t{p.num_sms}) {
+      kWholeX<<<grid, kGemvThreads, 0, p.stream>>>(w, p, k_split, bounds);
+      return check_launch();
+    }
   }
   if (p.M <= 1) return run(tw_gemv_kernel<T, 1>);
   if (p.M <= 2) return run(tw_gemv_kernel<T, 2>);

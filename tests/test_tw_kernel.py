@@ -167,6 +167,22 @@ def test_gemv_row_shares_match_fp32_reference(dtype: torch.dtype, granularity: i
         assert err <= KERNEL_TOLERANCE[dtype], f"G={granularity} seed={seed}: rel err {err:.2e}"
 
 
+@pytest.mark.parametrize("row_keep", [(0.05, 0.8), (0.7, 0.95)])  # 32-column slices; row shares in clusters
+def test_one_row_gemv_takes_tile_pointers_from_parameters_or_memory(
+    monkeypatch: pytest.MonkeyPatch, row_keep: tuple[float, float]
+) -> None:
+    """At one row `auto` hands the whole-x GEMV the tile pointers as a kernel parameter, from the host copy; without
+    a host copy it reads them from global memory. The same kernel adds the same products: identical outputs."""
+    packed, x, bias, ref = _case(1, 4096, 8200, 128, torch.float16, 43, False, "relu", row_keep=row_keep)
+    xt = x.t().contiguous()
+    from_parameters = packed.matmul_feature_major(xt, bias, "relu")
+    assert any("tw_gemv_whole_x_kernel" in name for name in kernel_times(lambda: packed.matmul_feature_major(xt)))
+    monkeypatch.setattr(PackedTW, "host_tile_ptr", property(lambda self: None))
+    from_memory = packed.matmul_feature_major(xt, bias, "relu")
+    torch.testing.assert_close(from_parameters, from_memory, rtol=0, atol=0)
+    assert rel_err(from_parameters.t(), ref) <= KERNEL_TOLERANCE[torch.float16]
+
+
 def test_repeated_calls_are_deterministic_without_split() -> None:
     packed, x, bias, _ = _case(512, 256, 512, 128, torch.float16, seed=7, residual=True, activation="gelu")
     first = packed.matmul(x, bias, "gelu")
