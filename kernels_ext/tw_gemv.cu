@@ -27,8 +27,6 @@ constexpr int kGemvWarps = kGemvThreads / 32;
 template <int MaxM>
 constexpr int kSlicePartialFloats = kGemvWarps * MaxM * kGemvSliceCols;
 
-// A GEMV CTA's work, from its block index: slice `slice` of tile `tile`, whose kept rows start at p0 in w.rows and
-// w.values, over the kept rows [kb, ke) of the tile (its K split, blockIdx.y).
 // The tile pointers as a kernel parameter, taken from the host copy where the call has one (`auto`) and the tiles
 // are few enough: the one-row GEMV's CTAs then find their tile's rows in the parameter space instead of waiting for
 // tile_ptr from global memory before their first value load (a dependent load from HBM where the weight is cold, as
@@ -39,7 +37,12 @@ struct TileBounds {
   int32_t count;
   int32_t ptr[kParamTiles + 1];
 };
+static_assert(sizeof(PackedTile) + sizeof(Problem) + sizeof(int) + sizeof(TileBounds) <= 4096,
+              "the whole-x GEMV's parameters fit the 4 KB every launch path allows");
 
+// A GEMV CTA's work, from its block index: slice `slice` of tile `tile`, whose kept rows start at p0 in w.rows and
+// w.values, over the kept rows [kb, ke) of the tile (its K split, blockIdx.y). The tile's bounds come from `bounds`
+// where it holds them, else from tile_ptr.
 struct SliceWork {
   int tile, slice, p0, kb, ke;
   __device__ __forceinline__ SliceWork(const PackedTile& w, int k_split, const TileBounds* bounds = nullptr) {
