@@ -258,19 +258,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #ifdef SPARSEPRUNE_WGMMA
   extern __shared__ __align__(1024) unsigned char smem[];
   const uint32_t ring = smem_addr(smem);
-  if ((ring & 1023) != 0) __trap();  // 128-byte swizzle atoms must sit on 1024-byte boundaries
-  const uint32_t full = ring + Cfg::kBarOffset, empty = full + Cfg::kStages * 8, order = empty + Cfg::kStages * 8;
   const int wg = threadIdx.x / Cfg::kWarpgroup;
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < Cfg::kStages; ++s) {
-      mbarrier_init(full + s * 8, Cfg::kWarpgroup + 1);  // one cp.async arrival per producer thread, one expect_tx
-      mbarrier_init(empty + s * 8, Cfg::kWarpsPerGroup);  // one per warp of the consuming warpgroup
-    }
-    mbarrier_init(order, Cfg::kWarpsPerGroup);  // one arrival per warp of the other warpgroup
-    mbarrier_init(order + 8, Cfg::kWarpsPerGroup);
-    fence_mbarrier_init();
-  }
-  __syncthreads();
+  const RingBarriers bars = init_ring_barriers<Cfg>(ring, Cfg::kWarpsPerGroup);  // one warpgroup per stage
+  const uint32_t full = bars.full, empty = bars.empty, order = bars.order;
   if (wg == 0) {
     setmaxnreg_dec<kProducerRegs>();
     produce_rows<T, Cfg>(w, p, schedule, values_map, ring, full, empty);

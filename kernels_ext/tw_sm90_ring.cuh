@@ -1,6 +1,7 @@
 // Pieces shared by the persistent Hopper TW kernels (tw_gemm_sm90_ws.cu, tw_gemm_sm90_rows.cu): the static
-// schedule's order of items, how a producer thread covers a stage, the producer's gather of an item, ring positions,
-// accumulator fences, a consumer's end of a K step and the tensor map of the packed values. No torch headers.
+// schedule's order of items, the ring's barriers, how a producer thread covers a stage, the producer's gather of an
+// item, ring positions, accumulator fences, a consumer's end of a K step and the tensor map of the packed values. No
+// torch headers.
 #pragma once
 
 #include <cuda.h>
@@ -16,6 +17,32 @@ namespace tw {
 // 384 * 168 the CTA launches with.
 constexpr int kProducerRegs = 72;
 constexpr int kConsumerRegs = 216;
+
+// The ring's barriers, after its stages in dynamic shared memory (ring: its 1024-byte aligned start, which 128-byte
+// swizzle atoms need): per stage `full` (one cp.async arrival per producer thread and one expect_tx) and `empty`
+// (empty_arrivals: one per warp that consumes the stage), then two `order` barriers that pass the mainloop between the
+// consumer warpgroups (one arrival per warp of the other). Thread 0 initialises them and the CTA syncs, before the
+// warpgroups part.
+struct RingBarriers {
+  uint32_t full, empty, order;
+};
+
+template <typename Cfg>
+__device__ __forceinline__ RingBarriers init_ring_barriers(uint32_t ring, int empty_arrivals) {
+  if ((ring & 1023) != 0) __trap();
+  const uint32_t full = ring + Cfg::kBarOffset, empty = full + Cfg::kStages * 8, order = empty + Cfg::kStages * 8;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < Cfg::kStages; ++s) {
+      mbarrier_init(full + s * 8, Cfg::kWarpgroup + 1);
+      mbarrier_init(empty + s * 8, empty_arrivals);
+    }
+    mbarrier_init(order, Cfg::kWarpsPerGroup);
+    mbarrier_init(order + 8, Cfg::kWarpsPerGroup);
+    fence_mbarrier_init();
+  }
+  __syncthreads();
+  return {full, empty, order};
+}
 
 // Item of this CTA in round r of the static schedule: items are numbered tile-major and tiles come heaviest first,
 // so each round hands out the heaviest remaining items; the direction alternates per round (CTA b takes b, then
