@@ -18,32 +18,6 @@ namespace tw {
 constexpr int kProducerRegs = 72;
 constexpr int kConsumerRegs = 216;
 
-// The ring's barriers, after its stages in dynamic shared memory (ring: its 1024-byte aligned start, which 128-byte
-// swizzle atoms need): per stage `full` (one cp.async arrival per producer thread and one expect_tx) and `empty`
-// (empty_arrivals: one per warp that consumes the stage), then two `order` barriers that pass the mainloop between the
-// consumer warpgroups (one arrival per warp of the other). Thread 0 initialises them and the CTA syncs, before the
-// warpgroups part.
-struct RingBarriers {
-  uint32_t full, empty, order;
-};
-
-template <typename Cfg>
-__device__ __forceinline__ RingBarriers init_ring_barriers(uint32_t ring, int empty_arrivals) {
-  if ((ring & 1023) != 0) __trap();
-  const uint32_t full = ring + Cfg::kBarOffset, empty = full + Cfg::kStages * 8, order = empty + Cfg::kStages * 8;
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < Cfg::kStages; ++s) {
-      mbarrier_init(full + s * 8, Cfg::kWarpgroup + 1);
-      mbarrier_init(empty + s * 8, empty_arrivals);
-    }
-    mbarrier_init(order, Cfg::kWarpsPerGroup);
-    mbarrier_init(order + 8, Cfg::kWarpsPerGroup);
-    fence_mbarrier_init();
-  }
-  __syncthreads();
-  return {full, empty, order};
-}
-
 // Item of this CTA in round r of the static schedule: items are numbered tile-major and tiles come heaviest first,
 // so each round hands out the heaviest remaining items; the direction alternates per round (CTA b takes b, then
 // 2*grid-1-b, ...) so that no CTA collects the heaviest item of every round.
@@ -86,6 +60,32 @@ __device__ __forceinline__ void next_stage(int& stage, uint32_t& phase) {
 }
 
 #ifdef SPARSEPRUNE_WGMMA
+// The ring's barriers, after its stages in dynamic shared memory (ring: its 1024-byte aligned start, which 128-byte
+// swizzle atoms need): per stage `full` (one cp.async arrival per producer thread and one expect_tx) and `empty`
+// (empty_arrivals: one per warp that consumes the stage), then two `order` barriers that pass the mainloop between the
+// consumer warpgroups (one arrival per warp of the other). Thread 0 initialises them and the CTA syncs, before the
+// warpgroups part.
+struct RingBarriers {
+  uint32_t full, empty, order;
+};
+
+template <typename Cfg>
+__device__ __forceinline__ RingBarriers init_ring_barriers(uint32_t ring, int empty_arrivals) {
+  if ((ring & 1023) != 0) __trap();
+  const uint32_t full = ring + Cfg::kBarOffset, empty = full + Cfg::kStages * 8, order = empty + Cfg::kStages * 8;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < Cfg::kStages; ++s) {
+      mbarrier_init(full + s * 8, Cfg::kWarpgroup + 1);
+      mbarrier_init(empty + s * 8, empty_arrivals);
+    }
+    mbarrier_init(order, Cfg::kWarpsPerGroup);
+    mbarrier_init(order + 8, Cfg::kWarpsPerGroup);
+    fence_mbarrier_init();
+  }
+  __syncthreads();
+  return {full, empty, order};
+}
+
 // cp_async16_to(dst, ok ? src : fallback, ok ? 16 : 0), both choices made by selp in one asm block: written in C++,
 // the choice may compile to a branch around the address arithmetic (it did in gather_item), and a branch around each
 // copy made the row-flexible kernel 1.6-2.6 times as slow (bench/results/tw_h200_rows_first.md).
