@@ -236,14 +236,15 @@ __device__ __forceinline__ void multiply_row(float (&acc)[MaxM][GemvShape<MaxM>:
 }
 
 template <typename T, int MaxM>
-__global__ void __launch_bounds__(kGemvThreads) tw_gemv_kernel(PackedTile w, Problem p, int k_split) {
+__global__ void __launch_bounds__(kGemvThreads)
+    tw_gemv_kernel(PackedTile w, Problem p, int k_split, const __grid_constant__ TileBounds bounds) {
   using Shape = GemvShape<MaxM>;
   using Vec = typename Shape::Vec;
   allow_dependent_launch();  // a finalize pass may follow
   constexpr int kCols = Shape::kCols, kRowSlots = Shape::kRowSlots;
   constexpr int kUnroll = Shape::kUnroll;
   __shared__ __align__(16) float s_x[kGemvStageFloats];
-  const SliceWork work(w, k_split);
+  const SliceWork work(w, k_split, &bounds);
   const int p0 = work.p0, kb = work.kb, ke = work.ke;
   const int tid = threadIdx.x;
   const CudaCoreLane<T, MaxM> me(w, work);
@@ -429,8 +430,9 @@ __global__ void __launch_bounds__(kGemvThreads)
 // kept rows warp, warp + 8, ... in batches of kMmaBatch, with no CTA barrier in its main loop: into its own
 // shared-memory stages it copies a batch's packed values (16-byte cp.async) and gathers the batch's kept rows of x
 // (Frags 16-byte copies per lane and step, zeros past M and for padding rows), from row indices loaded a batch ahead,
-// while it multiplies the batch before. At M <= kSmallM (Frags = 1) two-step batches leave room for three CTAs per SM,
-// so the 344 CTAs of a 4096 x 11008 weight run in one round. Measured on an H200 (bench/results/tw_h200_gemv_mma.md):
+// while it multiplies the batches before: a ring of two batches (one in flight while the other is multiplied), or of
+// four where an SM holds one CTA. At M <= kSmallM (Frags = 1) two-step batches in rings of two leave room for three
+// CTAs per SM, so the 344 CTAs of a 4096 x 11008 weight run in one round. Measured on an H200 (bench/results/tw_h200_gemv_mma.md):
 // values loaded straight into registers (8 bytes per lane, as the B fragments need them) streamed 14-21% slower;
 // four-step batches with two CTAs per SM were 2-7% faster at 40-50% sparsity but 9% slower at 30% and 8-28% slower
 // on the even tiles of vector-wise N:M.
@@ -441,43 +443,49 @@ __global__ void __launch_bounds__(kGemvThreads)
 // tile of the mma.sync kernel (16-byte runs along y), whose column list and biases are staged when the CTA starts.
 // Measured on an H200 (bench/results/tw_h200_mid_m_gemv_sweep.md), 64 rows per CTA (four fragments) were slower than
 // 32 wherever either beat the warp-specialized kernel.
-constexpr int kMmaBatch = 2;  // K steps per batch; a warp has two batches in flight
+constexpr int kMmaBatch = 2;          // K steps per batch
 constexpr int kMmaGemvCtasPerSm = 3;  // resident at once: the registers and shared memory are sized for it
+constexpr int kMmaGemvDeepRing = 4;   // batches in a warp's ring where an SM holds one CTA (launch_mma_gemv_16)
 
-template <int Frags>
+template <int Frags, int Batches = 2>
 struct MmaGemvShape {
   static constexpr int kRows = 16 * Frags;                       // rows of x (m) per CTA
   static constexpr int kXChunks = kRows / 8;                     // 16-byte chunks per gathered kept row
   static constexpr int kXBytes = 16 * kRows * 2;                 // one step's gathered x, [16 kept rows][kRows m]
   static constexpr int kValueBytes = 16 * kGemvSliceCols * 2;    // one step's packed values, [16 rows][32 columns]
   static constexpr int kStepBytes = kXBytes + kValueBytes;
-  static constexpr int kWarpBytes = 2 * kMmaBatch * kStepBytes;  // two batches of stages
+  static constexpr int kWarpBytes = Batches * kMmaBatch * kStepBytes;  // a ring of Batches batches of stages
   static constexpr int kRingBytes = kGemvWarps * kWarpBytes;
   using Staged = StagedTile<kRows, kGemvSliceCols>;
   static constexpr int kPartialLd = kGemvSliceCols + 8;  // [warp][m][slice column], padded: conflict-free float2
   static constexpr int kSmemBytes = Frags == 1 ? kRingBytes : kRingBytes + Staged::kBytes;
-  static_assert(kMmaGemvCtasPerSm * (kSmemBytes + 1024) <= 228 * 1024, "CTAs per Hopper SM (1 KB reserved each)");
+  static_assert(Batches > 2 || kMmaGemvCtasPerSm * (kSmemBytes + 1024) <= 228 * 1024,
+                "CTAs per Hopper SM (1 KB reserved each)");
+  static_assert(kSmemBytes <= 227 * 1024, "a CTA's shared memory on Hopper");
   static_assert(Frags == 1 || Frags == 2, "16 or 32 rows of x per CTA");
+  static_assert(Batches == 2 || (Frags == 1 && Batches == kMmaGemvDeepRing), "a deeper ring only at 16 rows");
   static_assert(Frags > 1 || kSlicePartialFloats<kSmallM> * 4 <= kRingBytes, "the partial sums reuse the stages");
   static_assert(Frags == 1 || kGemvWarps * kRows * kPartialLd * 4 <= kRingBytes, "the partial sums reuse the stages");
 };
 
-template <typename T, int Frags>
+template <typename T, int Frags, int Batches>
 __global__ void __launch_bounds__(kGemvThreads, kMmaGemvCtasPerSm)
-    tw_gemv_mma_kernel(PackedTile w, Problem p, int k_split) {
-  using Shape = MmaGemvShape<Frags>;
+    tw_gemv_mma_kernel(PackedTile w, Problem p, int k_split, const __grid_constant__ TileBounds bounds) {
+  using Shape = MmaGemvShape<Frags, Batches>;
   constexpr int kXChunks = Shape::kXChunks, kRowBytes = Shape::kRows * 2;
   static_assert(Frags > 1 || kSmallM == 16, "one m16n8k16 row block holds every row of x");
   extern __shared__ __align__(128) unsigned char smem[];
   allow_dependent_launch();  // a finalize pass may follow
-  const SliceWork work(w, k_split);
+  const SliceWork work(w, k_split, &bounds);
   const int p0 = work.p0, kb = work.kb, ke = work.ke;
   const int steps = (ke - kb) / 16;
   const int64_t m0 = static_cast<int64_t>(blockIdx.z) * Shape::kRows;
   constexpr int kBatchStride = kGemvWarps * kMmaBatch;  // steps between a warp's batches
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const uint32_t stages = smem_addr(smem + warp * Shape::kWarpBytes);
-  const auto stage = [&](int batch, int u) { return stages + ((batch & 1) * kMmaBatch + u) * Shape::kStepBytes; };
+  const auto stage = [&](int batch, int u) {
+    return stages + ((batch % Batches) * kMmaBatch + u) * Shape::kStepBytes;
+  };
   const auto step = [&](int batch, int u) { return warp + batch * kBatchStride + u * kGemvWarps; };
   float* s_c = reinterpret_cast<float*>(smem + Shape::kRingBytes);  // the staged tile (Frags > 1)
   if constexpr (Frags > 1) {
@@ -509,18 +517,15 @@ __global__ void __launch_bounds__(kGemvThreads, kMmaGemvCtasPerSm)
     x_bytes[h] = left >= 8 ? 16 : (left > 0 ? static_cast<int>(left) * 2 : 0);
     x_dst[h] = r * kRowBytes + swizzle<kXChunks>(r, c) * 16;
   }
-  // The kept-row indices of the next batch to gather and of the one after, so that batch 1's are requested with
-  // batch 0's instead of after them; load_rows moves the later set forward and loads the batch after it.
-  int x_rows[kMmaBatch][Frags], x_rows_later[kMmaBatch][Frags] = {};
-  auto load_rows = [&](int batch) {
+  // Kept-row indices of a batch, per step and copy (-1 past the warp's steps). The main loop holds those of the next
+  // batch to gather and of the one after, so each batch's are requested a batch before they are needed.
+  using BatchRows = int[kMmaBatch][Frags];
+  auto load_rows = [&](int batch, BatchRows& out) {
 #pragma unroll
     for (int u = 0; u < kMmaBatch; ++u) {
       const int s = step(batch, u);
 #pragma unroll
-      for (int h = 0; h < Frags; ++h) {
-        x_rows[u][h] = x_rows_later[u][h];
-        x_rows_later[u][h] = s < steps ? __ldg(rows + s * 16 + copy_row[h]) : -1;
-      }
+      for (int h = 0; h < Frags; ++h) out[u][h] = s < steps ? __ldg(rows + s * 16 + copy_row[h]) : -1;
     }
   };
   auto copy_values = [&](int batch) {
@@ -532,7 +537,7 @@ __global__ void __launch_bounds__(kGemvThreads, kMmaGemvCtasPerSm)
       for (int h = 0; h < 2; ++h) cp_async16_to(stage(batch, u) + value_dst[h], vals + s * 16 * ld + value_src[h], 16);
     }
   };
-  auto copy_x = [&](int batch) {
+  auto copy_x = [&](int batch, const BatchRows& x_rows) {
 #pragma unroll
     for (int u = 0; u < kMmaBatch; ++u) {
 #pragma unroll
@@ -565,19 +570,31 @@ __global__ void __launch_bounds__(kGemvThreads, kMmaGemvCtasPerSm)
   FinalizeCursor<T> fill = pruned_share<T>(w, p);
   float acc[Frags][4][4] = {};
   const int batches = steps > warp ? (steps - warp + kBatchStride - 1) / kBatchStride : 0;
-  copy_values(0);  // the packed values never come from the kernel before
-  load_rows(0);
-  load_rows(1);
+  // The first Batches - 1 batches in flight at once: their values (which never come from the kernel before), then
+  // their x, with the row indices of all of them and of the next two batches requested together.
+  BatchRows first_rows[Batches - 1], next_rows, later_rows;
+#pragma unroll
+  for (int b = 0; b < Batches - 1; ++b) copy_values(b);
+#pragma unroll
+  for (int b = 0; b < Batches - 1; ++b) load_rows(b, first_rows[b]);
+  load_rows(Batches - 1, next_rows);
+  load_rows(Batches, later_rows);
   wait_for_prerequisite_grid();  // x may come from the transpose launched just before
-  copy_x(0);
-  cp_async_commit();
-  load_rows(2);
-  for (int batch = 0; batch < batches; ++batch) {
-    copy_values(batch + 1);
-    copy_x(batch + 1);
+#pragma unroll
+  for (int b = 0; b < Batches - 1; ++b) {
+    copy_x(b, first_rows[b]);
     cp_async_commit();
-    load_rows(batch + 3);
-    cp_async_wait<1>();  // this batch's copies are done
+  }
+  for (int batch = 0; batch < batches; ++batch) {
+    copy_values(batch + Batches - 1);
+    copy_x(batch + Batches - 1, next_rows);
+    cp_async_commit();
+#pragma unroll
+    for (int u = 0; u < kMmaBatch; ++u)
+#pragma unroll
+      for (int h = 0; h < Frags; ++h) next_rows[u][h] = later_rows[u][h];
+    load_rows(batch + Batches + 1, later_rows);
+    cp_async_wait<Batches - 1>();  // this batch's copies are done
     __syncwarp();
 #pragma unroll
     for (int u = 0; u < kMmaBatch; ++u) {
@@ -669,7 +686,7 @@ int resident_ctas_per_sm() {
 // Tensor-core GEMV CTAs of 32 rows that one SM holds at once: kMmaGemvCtasPerSm on Hopper (MmaGemvShape checks its
 // shared memory), fewer where an SM has less. Both element types take the same registers and shared memory.
 int mma_gemv_ctas_per_sm() {
-  return resident_ctas_per_sm<tw_gemv_mma_kernel<__half, 2>, MmaGemvShape<2>::kSmemBytes>();
+  return resident_ctas_per_sm<tw_gemv_mma_kernel<__half, 2, 2>, MmaGemvShape<2>::kSmemBytes>();
 }
 
 // Launch configuration of GEMV CTAs over `grid` in clusters of Cluster consecutive CTAs (a tile's slices).
@@ -724,13 +741,28 @@ std::optional<const char*> launch_row_shares(const PackedTile& w, const Problem&
   return launch_clustered<kKernel, Cluster>(grid, p.stream, w, p, k_split, bounds);
 }
 
-template <typename T, int Frags>
-const char* launch_mma_gemv(const PackedTile& w, const Problem& p, dim3 grid, int k_split) {
-  constexpr auto kKernel = tw_gemv_mma_kernel<T, Frags>;
-  constexpr int kSmem = MmaGemvShape<Frags>::kSmemBytes;
+template <typename T, int Frags, int Batches>
+const char* launch_mma_gemv(const PackedTile& w, const Problem& p, dim3 grid, int k_split, const TileBounds& bounds) {
+  constexpr auto kKernel = tw_gemv_mma_kernel<T, Frags, Batches>;
+  constexpr int kSmem = MmaGemvShape<Frags, Batches>::kSmemBytes;
   if (const char* err = allow_dynamic_smem<kKernel, kSmem>()) return err;
-  grid.z = cdiv(p.M, MmaGemvShape<Frags>::kRows);
-  return launch_kernel(kKernel, grid, dim3(kGemvThreads), kSmem, p.stream, p.x_from_prior_kernel, w, p, k_split);
+  grid.z = cdiv(p.M, MmaGemvShape<Frags, Batches>::kRows);
+  return launch_kernel(kKernel, grid, dim3(kGemvThreads), kSmem, p.stream, p.x_from_prior_kernel, w, p, k_split,
+                       bounds);
+}
+
+// Up to 16 rows: a ring of four batches per warp where no SM holds more than one CTA (and the device gives a CTA
+// its 96 KB), else two. Measured on an H200 at 4096 x 11008 (bench/results/tw_h200_gemv_ring.md), four batches
+// took 4-6% off 90% sparsity (112 CTAs) and were level at 50-75% (172-244 CTAs, two per SM at most); eight, with
+// the CTA's every batch in flight at 90%, were 12% slower.
+template <typename T>
+const char* launch_mma_gemv_16(const PackedTile& w, const Problem& p, dim3 grid, int k_split,
+                               const TileBounds& bounds) {
+  constexpr auto kDeep = tw_gemv_mma_kernel<T, 1, kMmaGemvDeepRing>;
+  const bool deep = static_cast<int64_t>(grid.x) * grid.y <= p.num_sms &&
+                    allow_dynamic_smem<kDeep, MmaGemvShape<1, kMmaGemvDeepRing>::kSmemBytes>() == nullptr;
+  return deep ? launch_mma_gemv<T, 1, kMmaGemvDeepRing>(w, p, grid, k_split, bounds)
+              : launch_mma_gemv<T, 1, 2>(w, p, grid, k_split, bounds);
 }
 
 TileBounds tile_bounds(const PackedTile& w) {
@@ -746,19 +778,19 @@ template <typename T>
 const char* launch_typed(const PackedTile& w, const Problem& p, const Plan& plan) {
   const int k_split = std::max(kKStep, cdiv(cdiv(w.max_tile_k, plan.splits), kKStep) * kKStep);
   const dim3 grid(w.num_tiles * (w.granularity / kGemvSliceCols), plan.splits);
+  const TileBounds bounds = tile_bounds(w);
   if (plan.path == Path::kGemvMma) {  // 16 rows of x per CTA up to kSmallM (gemv_plan), else 32 (mma_gemv_plan)
-    return plan.block_m == MmaGemvShape<1>::kRows ? launch_mma_gemv<T, 1>(w, p, grid, k_split)
-                                                  : launch_mma_gemv<T, 2>(w, p, grid, k_split);
+    return plan.block_m == MmaGemvShape<1>::kRows ? launch_mma_gemv_16<T>(w, p, grid, k_split, bounds)
+                                                  : launch_mma_gemv<T, 2, 2>(w, p, grid, k_split, bounds);
   }
   const auto run = [&](auto kernel) {
-    kernel<<<grid, kGemvThreads, 0, p.stream>>>(w, p, k_split);
+    kernel<<<grid, kGemvThreads, 0, p.stream>>>(w, p, k_split, bounds);
     return check_launch();
   };
   // x staged whole where all CTAs run in one round: measured on an H200 (bench/results/tw_h200_gemv_whole_x.md),
   // 2-8% faster at 50-90% sparsity on 4096 x 11008, 4.5% slower at 30%, whose CTAs take two rounds.
   const int64_t ctas = static_cast<int64_t>(grid.x) * grid.y;
   if (p.M <= 1 && w.K < kGemvStageFloats) {
-    const TileBounds bounds = tile_bounds(w);
     if (plan.splits == 1 && w.value_rows >= int64_t{kRowShareMinMeanK} * w.num_tiles && sm90_or_later()) {
       if (const auto launched = launch_row_shares<T, 4>(w, p, grid, k_split, bounds)) return *launched;  // G = 128
       if (const auto launched = launch_row_shares<T, 2>(w, p, grid, k_split, bounds)) return *launched;  // G = 64

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 
 import pytest
 import torch
@@ -152,6 +153,21 @@ def test_mid_m_gemv_matches_fp32_reference(dtype: torch.dtype, granularity: int)
         yt = packed.matmul_feature_major(x.t().contiguous(), bias, act)
         err_fm = rel_err(yt.t(), ref)
         assert err_fm <= KERNEL_TOLERANCE[dtype], f"feature-major M={m} K={k} N={n}: rel err {err_fm:.2e}"
+
+
+@pytest.mark.parametrize("n", [4104, 16392])
+def test_sixteen_row_gemv_ring_follows_ctas_per_sm(n: int) -> None:
+    """At 16 rows the tensor-core GEMV gives each warp a ring of four batches where no SM holds more than one CTA,
+    else of two: N 4104 (96 CTAs at G = 128) and 16392 (384) take one each on a GPU of 96 to 383 SMs."""
+    packed, x, bias, ref = _case(16, 1032, n, 128, torch.float16, seed=47, residual=True, activation="gelu")
+    xt = x.t().contiguous()
+    names = " ".join(kernel_times(lambda: packed.matmul_feature_major(xt, bias, "gelu")))
+    ring = re.search(r"tw_gemv_mma_kernel<[^<>]*, 1, (\d+)>", names)
+    assert ring is not None, names
+    ctas = packed.num_tiles * (128 // 32)
+    assert int(ring.group(1)) == (4 if ctas <= torch.cuda.get_device_properties(0).multi_processor_count else 2)
+    err = rel_err(packed.matmul_feature_major(xt, bias, "gelu").t(), ref)
+    assert err <= KERNEL_TOLERANCE[torch.float16], f"N={n}: rel err {err:.2e}"
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
