@@ -28,17 +28,18 @@ template <int MaxM>
 constexpr int kSlicePartialFloats = kGemvWarps * MaxM * kGemvSliceCols;
 
 // The tile pointers as a kernel parameter, taken from the host copy where the call has one (`auto`) and the tiles
-// are few enough: the one-row GEMV's CTAs then find their tile's rows in the parameter space instead of waiting for
+// are few enough: every GEMV's CTAs then find their tile's rows in the parameter space instead of waiting for
 // tile_ptr from global memory before their first value load (a dependent load from HBM where the weight is cold, as
 // it is for each layer of a decoding model): 2-4% faster at one row on 4096 x 11008 at 50-90% sparsity
-// (bench/results/tw_h200_gemv_tile_bounds.md). count 0: read tile_ptr.
+// (bench/results/tw_h200_gemv_tile_bounds.md), 0-2% at 2-16 rows (bench/results/tw_h200_gemv_ring.md). count 0:
+// read tile_ptr.
 constexpr int kParamTiles = 512;
 struct TileBounds {
   int32_t count;
   int32_t ptr[kParamTiles + 1];
 };
 static_assert(sizeof(PackedTile) + sizeof(Problem) + sizeof(int) + sizeof(TileBounds) <= 4096,
-              "the whole-x GEMV's parameters fit the 4 KB every launch path allows");
+              "the GEMVs' parameters fit the 4 KB every launch path allows");
 
 // A GEMV CTA's work, from its block index: slice `slice` of tile `tile`, whose kept rows start at p0 in w.rows and
 // w.values, over the kept rows [kb, ke) of the tile (its K split, blockIdx.y). The tile's bounds come from `bounds`
@@ -752,9 +753,10 @@ const char* launch_mma_gemv(const PackedTile& w, const Problem& p, dim3 grid, in
 }
 
 // Up to 16 rows: a ring of four batches per warp where no SM holds more than one CTA (and the device gives a CTA
-// its 96 KB), else two. Measured on an H200 at 4096 x 11008 (bench/results/tw_h200_gemv_ring.md), four batches
-// took 4-6% off 90% sparsity (112 CTAs) and were level at 50-75% (172-244 CTAs, two per SM at most); eight, with
-// the CTA's every batch in flight at 90%, were 12% slower.
+// its 96 KB), else two. Measured on an H200 at 4096 x 11008 (bench/results/tw_h200_gemv_ring_trial.md), four
+// batches took 4% off 90% sparsity (112 CTAs) and were level or 1-2% slower at 50-75% (172-244 CTAs, two per SM);
+// eight, with all of a warp's batches in flight at 90%, were 12-14% slower. With this rule 90% went 7-8% faster
+// than before (bench/results/tw_h200_gemv_ring.md, with the tile pointers as a parameter).
 template <typename T>
 const char* launch_mma_gemv_16(const PackedTile& w, const Problem& p, dim3 grid, int k_split,
                                const TileBounds& bounds) {
