@@ -756,7 +756,8 @@ const char* launch_mma_gemv(const PackedTile& w, const Problem& p, dim3 grid, in
 // its 96 KB), else two. Measured on an H200 at 4096 x 11008 (bench/results/tw_h200_gemv_ring_trial.md), four
 // batches took 4% off 90% sparsity (112 CTAs) and were level or 1-2% slower at 50-75% (172-244 CTAs, two per SM);
 // eight, with all of a warp's batches in flight at 90%, were 12-14% slower. With this rule 90% went 7-8% faster
-// than before (bench/results/tw_h200_gemv_ring.md, with the tile pointers as a parameter).
+// than before (bench/results/tw_h200_gemv_ring.md, with the tile pointers as a parameter). The same rule for blocks
+// of 32 rows was 7-12% slower wherever it took four (bench/results/tw_h200_gemv_ring32.md: LSTM gates at 128 rows).
 template <typename T>
 const char* launch_mma_gemv_16(const PackedTile& w, const Problem& p, dim3 grid, int k_split,
                                const TileBounds& bounds) {
