@@ -43,16 +43,16 @@ static_assert(sizeof(PackedTile) + sizeof(Problem) + sizeof(int) + sizeof(TileBo
 
 // A GEMV CTA's work, from its block index: slice `slice` of tile `tile`, whose kept rows start at p0 in w.rows and
 // w.values, over the kept rows [kb, ke) of the tile (its K split, blockIdx.y). The tile's bounds come from `bounds`
-// where it holds them, else from tile_ptr.
+// where it holds them (count > 0), else from tile_ptr.
 struct SliceWork {
   int tile, slice, p0, kb, ke;
-  __device__ __forceinline__ SliceWork(const PackedTile& w, int k_split, const TileBounds* bounds = nullptr) {
+  __device__ __forceinline__ SliceWork(const PackedTile& w, int k_split, const TileBounds& bounds) {
     const int slices = w.granularity / kGemvSliceCols;
     tile = blockIdx.x / slices;
     slice = blockIdx.x % slices;
-    const bool in_params = bounds != nullptr && bounds->count > 0;
-    p0 = in_params ? bounds->ptr[tile] : w.tile_ptr[tile];
-    const int kt = (in_params ? bounds->ptr[tile + 1] : w.tile_ptr[tile + 1]) - p0;
+    const bool in_params = bounds.count > 0;
+    p0 = in_params ? bounds.ptr[tile] : w.tile_ptr[tile];
+    const int kt = (in_params ? bounds.ptr[tile + 1] : w.tile_ptr[tile + 1]) - p0;
     kb = min(kt, static_cast<int>(blockIdx.y) * k_split);
     ke = min(kt, kb + k_split);
   }
@@ -245,7 +245,7 @@ __global__ void __launch_bounds__(kGemvThreads)
   constexpr int kCols = Shape::kCols, kRowSlots = Shape::kRowSlots;
   constexpr int kUnroll = Shape::kUnroll;
   __shared__ __align__(16) float s_x[kGemvStageFloats];
-  const SliceWork work(w, k_split, &bounds);
+  const SliceWork work(w, k_split, bounds);
   const int p0 = work.p0, kb = work.kb, ke = work.ke;
   const int tid = threadIdx.x;
   const CudaCoreLane<T, MaxM> me(w, work);
@@ -364,7 +364,7 @@ __global__ void __launch_bounds__(kGemvThreads)
   allow_dependent_launch();  // a finalize pass may follow
   __shared__ __align__(16) float s_x[kGemvStageFloats];
   __shared__ float s_shares[RowShares > 1 ? kGemvWarps * kGemvSliceCols : 1];
-  const SliceWork work(w, k_split, &bounds);
+  const SliceWork work(w, k_split, bounds);
   const int tid = threadIdx.x;
   const int per_share = (work.ke - work.kb + RowShares - 1) / RowShares;
   const int kb = work.kb + work.slice % RowShares * per_share, ke = min(work.ke, kb + per_share);
@@ -433,10 +433,10 @@ __global__ void __launch_bounds__(kGemvThreads)
 // (Frags 16-byte copies per lane and step, zeros past M and for padding rows), from row indices loaded a batch ahead,
 // while it multiplies the batches before: a ring of two batches (one in flight while the other is multiplied), or of
 // four where an SM holds one CTA. At M <= kSmallM (Frags = 1) two-step batches in rings of two leave room for three
-// CTAs per SM, so the 344 CTAs of a 4096 x 11008 weight run in one round. Measured on an H200 (bench/results/tw_h200_gemv_mma.md):
-// values loaded straight into registers (8 bytes per lane, as the B fragments need them) streamed 14-21% slower;
-// four-step batches with two CTAs per SM were 2-7% faster at 40-50% sparsity but 9% slower at 30% and 8-28% slower
-// on the even tiles of vector-wise N:M.
+// CTAs per SM, so the 344 CTAs of a 4096 x 11008 weight run in one round. Measured on an H200
+// (bench/results/tw_h200_gemv_mma.md): values loaded straight into registers (8 bytes per lane, as the B fragments
+// need them) streamed 14-21% slower; four-step batches with two CTAs per SM were 2-7% faster at 40-50% sparsity but
+// 9% slower at 30% and 8-28% slower on the even tiles of vector-wise N:M.
 //
 // Past kSmallM rows (Frags = 2, 32 rows per CTA) the call stays one launch, with neither workspace nor finalize pass:
 // where the warp-specialized kernel split K over a few items (LSTM gates, M = 128), zeroing a workspace, the GEMM
@@ -477,7 +477,7 @@ __global__ void __launch_bounds__(kGemvThreads, kMmaGemvCtasPerSm)
   static_assert(Frags > 1 || kSmallM == 16, "one m16n8k16 row block holds every row of x");
   extern __shared__ __align__(128) unsigned char smem[];
   allow_dependent_launch();  // a finalize pass may follow
-  const SliceWork work(w, k_split, &bounds);
+  const SliceWork work(w, k_split, bounds);
   const int p0 = work.p0, kb = work.kb, ke = work.ke;
   const int steps = (ke - kb) / 16;
   const int64_t m0 = static_cast<int64_t>(blockIdx.z) * Shape::kRows;
@@ -799,10 +799,7 @@ const char* launch_typed(const PackedTile& w, const Problem& p, const Plan& plan
       if (const auto launched = launch_row_shares<T, 2>(w, p, grid, k_split, bounds)) return *launched;  // G = 64
     }
     constexpr auto kWholeX = tw_gemv_whole_x_kernel<T, 1>;
-    if (ctas <= resident_ctas_per_sm<kWholeX>() * int64_t{p.num_sms}) {
-      kWholeX<<<grid, kGemvThreads, 0, p.stream>>>(w, p, k_split, bounds);
-      return check_launch();
-    }
+    if (ctas <= resident_ctas_per_sm<kWholeX>() * int64_t{p.num_sms}) return run(kWholeX);
   }
   if (p.M <= 1) return run(tw_gemv_kernel<T, 1>);
   if (p.M <= 2) return run(tw_gemv_kernel<T, 2>);
