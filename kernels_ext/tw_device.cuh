@@ -636,6 +636,24 @@ __device__ __forceinline__ void cluster_sync() {
 #endif
 }
 
+// The two halves of a barrier of every thread of the cluster that only says every CTA has started: arrive when the
+// kernel starts, wait before the first store into another CTA's shared memory (which must not precede its start).
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+#else
+  __trap();
+#endif
+}
+
+__device__ __forceinline__ void cluster_wait() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
+#else
+  __trap();
+#endif
+}
+
 // True on devices of compute capability 9.0 and later (programmatic dependent launches, clusters), per device.
 inline bool sm90_or_later() {
   constexpr int kMaxDevices = 64;
@@ -649,25 +667,53 @@ inline bool sm90_or_later() {
   return major[device] >= 9;
 }
 
-// Launches kernel<<<grid, block, smem, stream>>>(args...), as a programmatic dependent of the stream's previous
-// kernel when `dependent` and the device supports it. A dependent kernel calls wait_for_prerequisite_grid before it
-// reads anything that kernel writes; only a kernel of the same call may precede it that way, since what the kernel
-// reads before its wait must not come from the kernel before it.
+// A launch's configuration: grid, CTA, dynamic shared memory and stream; as a programmatic dependent of the
+// stream's previous kernel when `dependent` and the device supports it, and in clusters of `cluster` consecutive CTAs
+// along x where cluster > 1 (sm_90 and later). A dependent kernel calls wait_for_prerequisite_grid before it reads
+// anything that kernel writes; only a kernel of the same call may precede it that way, since what the kernel reads
+// before its wait must not come from the kernel before it.
+class LaunchConfig {
+ public:
+  LaunchConfig(dim3 grid, dim3 block, int smem, cudaStream_t stream, bool dependent, int cluster = 1) {
+    int n = 0;
+    if (dependent && sm90_or_later()) {
+      attrs_[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      attrs_[n++].val.programmaticStreamSerializationAllowed = 1;
+    }
+    if (cluster > 1) {
+      attrs_[n].id = cudaLaunchAttributeClusterDimension;
+      attrs_[n].val.clusterDim.x = static_cast<unsigned>(cluster);
+      attrs_[n].val.clusterDim.y = attrs_[n].val.clusterDim.z = 1;
+      ++n;
+    }
+    config_.gridDim = grid;
+    config_.blockDim = block;
+    config_.dynamicSmemBytes = static_cast<size_t>(smem);
+    config_.stream = stream;
+    config_.attrs = attrs_;
+    config_.numAttrs = n;
+  }
+  LaunchConfig(const LaunchConfig&) = delete;  // config_ points at attrs_
+  LaunchConfig& operator=(const LaunchConfig&) = delete;
+
+  const cudaLaunchConfig_t* get() const { return &config_; }
+
+  template <typename... Params, typename... Args>
+  const char* launch(void (*kernel)(Params...), Args... args) const {
+    const cudaError_t err = cudaLaunchKernelEx(&config_, kernel, args...);
+    return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
+  }
+
+ private:
+  cudaLaunchAttribute attrs_[2]{};
+  cudaLaunchConfig_t config_{};
+};
+
+// Launches kernel<<<grid, block, smem, stream>>>(args...), as a programmatic dependent when `dependent`.
 template <typename... Params, typename... Args>
 const char* launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, int smem, cudaStream_t stream,
                           bool dependent, Args... args) {
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t config{};
-  config.gridDim = grid;
-  config.blockDim = block;
-  config.dynamicSmemBytes = static_cast<size_t>(smem);
-  config.stream = stream;
-  config.attrs = &attr;
-  config.numAttrs = dependent && sm90_or_later() ? 1 : 0;
-  const cudaError_t err = cudaLaunchKernelEx(&config, kernel, args...);
-  return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
+  return LaunchConfig(grid, block, smem, stream, dependent).launch(kernel, args...);
 }
 
 inline const char* check_launch() {

@@ -81,8 +81,9 @@ class SliceOutputs {
 #pragma unroll
     for (int o = 0; o < kOutputs; ++o) bias_[o] = col_[o] >= 0 ? column_bias<T>(p, col_[o]) : 0.0f;
   }
-  // Adds up the warps' partial sums of this thread's outputs and finishes them (bias, residual, activation), or
-  // after a K split adds them to the workspace for the finalize pass.
+  // Adds up the Parts partial sums of this thread's outputs (the warps', or a cluster's shares) and finishes them
+  // (bias, residual, activation), or after a K split adds them to the workspace for the finalize pass.
+  template <int Parts = kGemvWarps>
   __device__ __forceinline__ void finish(const float* partial, const PackedTile& w, const Problem& p) const {
 #pragma unroll
     for (int o = 0; o < kOutputs; ++o) {
@@ -90,7 +91,7 @@ class SliceOutputs {
       const int t = threadIdx.x + o * kGemvThreads, m = t / kGemvSliceCols, c = t % kGemvSliceCols;
       float s[1] = {0.0f};
 #pragma unroll
-      for (int i = 0; i < kGemvWarps; ++i) s[0] += partial[(i * MaxM + m) * kGemvSliceCols + c];
+      for (int i = 0; i < Parts; ++i) s[0] += partial[(i * MaxM + m) * kGemvSliceCols + c];
       if (split_) {
         atomicAdd(p.workspace + ws_index(w, p, m, pos0_ + c), s[0]);
       } else {
@@ -335,6 +336,7 @@ __device__ __forceinline__ void finish_row_share(float (&acc)[1][8], float* s_x,
     for (int e = 0; e < 8; ++e) s_x[warp * kCols + lane * 8 + e] = acc[0][e];
   }
   __syncthreads();
+  cluster_wait();  // every CTA of the cluster has started (it arrived when it did)
   if (threadIdx.x < kCols) {
     float s = 0.0f;
 #pragma unroll
@@ -365,6 +367,7 @@ __global__ void __launch_bounds__(kGemvThreads)
   __shared__ __align__(16) float s_x[kGemvStageFloats];
   __shared__ float s_shares[RowShares > 1 ? kGemvWarps * kGemvSliceCols : 1];
   const SliceWork work(w, k_split, bounds);
+  if constexpr (RowShares > 1) cluster_arrive_relaxed();  // this CTA has started: its peers may store into it
   const int tid = threadIdx.x;
   const int per_share = (work.ke - work.kb + RowShares - 1) / RowShares;
   const int kb = work.kb + work.slice % RowShares * per_share, ke = min(work.ke, kb + per_share);
@@ -438,54 +441,114 @@ __global__ void __launch_bounds__(kGemvThreads)
 // need them) streamed 14-21% slower; four-step batches with two CTAs per SM were 2-7% faster at 40-50% sparsity but
 // 9% slower at 30% and 8-28% slower on the even tiles of vector-wise N:M.
 //
+// Two slices per K step (Cols = kMmaGemvWideCols, at M <= kSmallM on tiles of 64 or 128 columns): a warp's K step
+// then spans 64 columns, so each kept row of x it gathers serves twice the values, and the tile's CTAs keep their
+// count by pairing up in clusters whose two CTAs share out the kept rows of their 64 columns (one-step batches keep
+// three CTAs per SM). Each CTA pushes the sums of its partner's slice into the partner's shared memory and finishes
+// its own. Measured on an H200 (bench/results/tw_h200_gemv16_anatomy.md), the 16-row GEMV at 50% sparsity took 19.9
+// us with the x gather and 16.1 without it, next to 16.0 for the one-row GEMV; 64-column steps gather half of that.
+//
 // Past kSmallM rows (Frags = 2, 32 rows per CTA) the call stays one launch, with neither workspace nor finalize pass:
 // where the warp-specialized kernel split K over a few items (LSTM gates, M = 128), zeroing a workspace, the GEMM
 // and a finalize pass were three launches for a few microseconds of work. Its 32 x 32 sums leave through the staged
 // tile of the mma.sync kernel (16-byte runs along y), whose column list and biases are staged when the CTA starts.
 // Measured on an H200 (bench/results/tw_h200_mid_m_gemv_sweep.md), 64 rows per CTA (four fragments) were slower than
 // 32 wherever either beat the warp-specialized kernel.
-constexpr int kMmaBatch = 2;          // K steps per batch
+constexpr int kMmaBatch = 2;          // K steps per batch of 32 columns (one step per batch when wider)
 constexpr int kMmaGemvCtasPerSm = 3;  // resident at once: the registers and shared memory are sized for it
 constexpr int kMmaGemvDeepRing = 4;   // batches in a warp's ring where an SM holds one CTA (launch_mma_gemv_16)
+constexpr int kMmaGemvWideCols = 64;  // columns of a K step at 16 rows on tiles of 64 or 128 (launch_mma_gemv_16)
 
-template <int Frags, int Batches = 2>
+template <int Frags, int Batches = 2, int Cols = kGemvSliceCols>
 struct MmaGemvShape {
   static constexpr int kRows = 16 * Frags;                       // rows of x (m) per CTA
   static constexpr int kXChunks = kRows / 8;                     // 16-byte chunks per gathered kept row
   static constexpr int kXBytes = 16 * kRows * 2;                 // one step's gathered x, [16 kept rows][kRows m]
-  static constexpr int kValueBytes = 16 * kGemvSliceCols * 2;    // one step's packed values, [16 rows][32 columns]
+  static constexpr int kShares = Cols / kGemvSliceCols;          // CTAs of a cluster, each on a share of the kept rows
+  static constexpr int kValueChunks = Cols / 8;                  // 16-byte chunks per row of a step's values
+  static constexpr int kValueBytes = 16 * Cols * 2;              // one step's packed values, [16 rows][Cols columns]
   static constexpr int kStepBytes = kXBytes + kValueBytes;
-  static constexpr int kWarpBytes = Batches * kMmaBatch * kStepBytes;  // a ring of Batches batches of stages
+  static constexpr int kBatchSteps = Cols == kGemvSliceCols ? kMmaBatch : 1;  // K steps per batch
+  static constexpr int kWarpBytes = Batches * kBatchSteps * kStepBytes;  // a ring of Batches batches of stages
   static constexpr int kRingBytes = kGemvWarps * kWarpBytes;
   using Staged = StagedTile<kRows, kGemvSliceCols>;
-  static constexpr int kPartialLd = kGemvSliceCols + 8;  // [warp][m][slice column], padded: conflict-free float2
-  static constexpr int kSmemBytes = Frags == 1 ? kRingBytes : kRingBytes + Staged::kBytes;
+  static constexpr int kPartialLd = Cols + 8;  // [warp][m][column], padded: conflict-free float2 stores
+  // Past one slice, the slice sums that the cluster's CTAs push in, [share][m][slice column], after the ring: no CTA
+  // writes there but its peers.
+  static constexpr int kSharesBytes = kShares == 1 ? 0 : kShares * kRows * kGemvSliceCols * 4;
+  static constexpr int kSmemBytes = kRingBytes + kSharesBytes + (Frags == 1 ? 0 : static_cast<int>(Staged::kBytes));
   static_assert(Batches > 2 || kMmaGemvCtasPerSm * (kSmemBytes + 1024) <= 228 * 1024,
                 "CTAs per Hopper SM (1 KB reserved each)");
   static_assert(kSmemBytes <= 227 * 1024, "a CTA's shared memory on Hopper");
   static_assert(Frags == 1 || Frags == 2, "16 or 32 rows of x per CTA");
-  static_assert(Batches == 2 || (Frags == 1 && Batches == kMmaGemvDeepRing), "a deeper ring only at 16 rows");
+  static_assert(Batches == 2 || Frags == 1, "a deeper ring only at 16 rows");
+  static_assert(Cols == kGemvSliceCols || (Frags == 1 && Cols == kMmaGemvWideCols), "wider steps at 16 rows only");
   static_assert(Frags > 1 || kSlicePartialFloats<kSmallM> * 4 <= kRingBytes, "the partial sums reuse the stages");
-  static_assert(Frags == 1 || kGemvWarps * kRows * kPartialLd * 4 <= kRingBytes, "the partial sums reuse the stages");
+  static_assert(Frags == 1 && kShares == 1 || kGemvWarps * kRows * kPartialLd * 4 <= kRingBytes,
+                "the partial sums reuse the stages");
 };
 
-template <typename T, int Frags, int Batches>
+// The end of a 16-row tensor-core GEMV CTA whose K steps span its cluster's kShares slices: the warps' sums of all
+// its columns meet in its stages, and each slice's total goes into the shared memory of the CTA that finishes that
+// slice, at this CTA's share. After the cluster barrier each CTA finishes its own slice from the shares, as a
+// one-slice CTA does from its warps' sums.
+template <typename T, typename Shape, int ColFrags>
+__device__ __forceinline__ void finish_cluster_shares(const float (&acc)[1][ColFrags][4], unsigned char* smem,
+                                                      SliceOutputs<T, kSmallM>& outputs, const PackedTile& w,
+                                                      const Problem& p) {
+  constexpr int kLd = Shape::kPartialLd, kShares = Shape::kShares, Cols = 8 * ColFrags;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3;
+  __syncthreads();  // the stages are reused for the partial sums, [warp][m][column]
+  float* partial = reinterpret_cast<float*>(smem) + warp * kSmallM * kLd;
+#pragma unroll
+  for (int j = 0; j < ColFrags; ++j) {
+    const int n = 8 * j + 2 * t4;
+    *reinterpret_cast<float2*>(partial + g * kLd + n) = make_float2(acc[0][j][0], acc[0][j][1]);
+    *reinterpret_cast<float2*>(partial + (g + 8) * kLd + n) = make_float2(acc[0][j][2], acc[0][j][3]);
+  }
+  __syncthreads();
+  const float* sums = reinterpret_cast<const float*>(smem);
+  float* shares = reinterpret_cast<float*>(smem + Shape::kRingBytes);
+  const int share = blockIdx.x % kShares;  // the CTA's rank in its cluster
+  cluster_wait();  // every CTA of the cluster has started (it arrived when it did)
+#pragma unroll
+  for (int t = threadIdx.x; t < kSmallM * Cols; t += kGemvThreads) {
+    const int m = t / Cols, c = t % Cols;
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kGemvWarps; ++i) s += sums[(i * kSmallM + m) * kLd + c];
+    store_to_cluster_cta(shares + (share * kSmallM + m) * kGemvSliceCols + c % kGemvSliceCols, c / kGemvSliceCols, s);
+  }
+  cluster_sync();
+  outputs.template finish<kShares>(shares, w, p);
+}
+
+template <typename T, int Frags, int Batches, int Cols = kGemvSliceCols>
 __global__ void __launch_bounds__(kGemvThreads, kMmaGemvCtasPerSm)
     tw_gemv_mma_kernel(PackedTile w, Problem p, int k_split, const __grid_constant__ TileBounds bounds) {
-  using Shape = MmaGemvShape<Frags, Batches>;
+  using Shape = MmaGemvShape<Frags, Batches, Cols>;
   constexpr int kXChunks = Shape::kXChunks, kRowBytes = Shape::kRows * 2;
+  constexpr int kShares = Shape::kShares, kValueChunks = Shape::kValueChunks, kBatchSteps = Shape::kBatchSteps;
   static_assert(Frags > 1 || kSmallM == 16, "one m16n8k16 row block holds every row of x");
   extern __shared__ __align__(128) unsigned char smem[];
   allow_dependent_launch();  // a finalize pass may follow
   const SliceWork work(w, k_split, bounds);
-  const int p0 = work.p0, kb = work.kb, ke = work.ke;
-  const int steps = (ke - kb) / 16;
+  // The CTA's columns: its slice, or the kShares slices of its cluster, whose kept rows (K steps) it shares with the
+  // cluster's other CTAs; it finishes its own slice.
+  const int p0 = work.p0;
+  int kb = work.kb, steps = (work.ke - work.kb) / 16;
+  if constexpr (kShares > 1) {
+    cluster_arrive_relaxed();  // this CTA has started: its peers may store into it
+    const int share = work.slice % kShares, share_steps = (steps + kShares - 1) / kShares;
+    kb += min(steps, share * share_steps) * 16;
+    steps = max(0, min(share_steps, steps - share * share_steps));
+  }
   const int64_t m0 = static_cast<int64_t>(blockIdx.z) * Shape::kRows;
-  constexpr int kBatchStride = kGemvWarps * kMmaBatch;  // steps between a warp's batches
+  constexpr int kBatchStride = kGemvWarps * kBatchSteps;  // steps between a warp's batches
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const uint32_t stages = smem_addr(smem + warp * Shape::kWarpBytes);
   const auto stage = [&](int batch, int u) {
-    return stages + ((batch % Batches) * kMmaBatch + u) * Shape::kStepBytes;
+    return stages + ((batch % Batches) * kBatchSteps + u) * Shape::kStepBytes;
   };
   const auto step = [&](int batch, int u) { return warp + batch * kBatchStride + u * kGemvWarps; };
   float* s_c = reinterpret_cast<float*>(smem + Shape::kRingBytes);  // the staged tile (Frags > 1)
@@ -493,16 +556,18 @@ __global__ void __launch_bounds__(kGemvThreads, kMmaGemvCtasPerSm)
     Shape::Staged::template stage_columns<T, kGemvThreads>(s_c, w, p, blockIdx.x, threadIdx.x);
   }
 
-  // Values: lane l copies 16-byte chunks l and l + 32 of a step's 16 rows x 4 chunks, swizzled for ldmatrix.
+  // Values: lane l copies 16-byte chunks l, l + 32, ... of a step's 16 rows x kValueChunks chunks, swizzled for
+  // ldmatrix.
+  constexpr int kValueCopies = 16 * kValueChunks / 32, kValueRowBytes = Cols * 2;
   const int64_t ld = w.granularity;
-  const T* vals = static_cast<const T*>(w.values) + (p0 + kb) * ld + work.slice * kGemvSliceCols;
-  int64_t value_src[2];
-  uint32_t value_dst[2];
+  const T* vals = static_cast<const T*>(w.values) + (p0 + kb) * ld + work.slice / kShares * Cols;
+  int64_t value_src[kValueCopies];
+  uint32_t value_dst[kValueCopies];
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int chunk = lane + 32 * h, r = chunk / 4, c = chunk % 4;
+  for (int h = 0; h < kValueCopies; ++h) {
+    const int chunk = lane + 32 * h, r = chunk / kValueChunks, c = chunk % kValueChunks;
     value_src[h] = r * ld + c * 8;
-    value_dst[h] = Shape::kXBytes + r * 64 + swizzle<4>(r, c) * 16;
+    value_dst[h] = Shape::kXBytes + r * kValueRowBytes + swizzle<kValueChunks>(r, c) * 16;
   }
   // x: lane l copies chunks l, l + 32, ... of the step's 16 kept rows x kXChunks chunks (8 m each).
   const int* rows = w.rows + p0 + kb;
@@ -520,10 +585,10 @@ __global__ void __launch_bounds__(kGemvThreads, kMmaGemvCtasPerSm)
   }
   // Kept-row indices of a batch, per step and copy (-1 past the warp's steps). The main loop holds those of the next
   // batch to gather and of the one after, so each batch's are requested a batch before they are needed.
-  using BatchRows = int[kMmaBatch][Frags];
+  using BatchRows = int[kBatchSteps][Frags];
   auto load_rows = [&](int batch, BatchRows& out) {
 #pragma unroll
-    for (int u = 0; u < kMmaBatch; ++u) {
+    for (int u = 0; u < kBatchSteps; ++u) {
       const int s = step(batch, u);
 #pragma unroll
       for (int h = 0; h < Frags; ++h) out[u][h] = s < steps ? __ldg(rows + s * 16 + copy_row[h]) : -1;
@@ -531,16 +596,18 @@ __global__ void __launch_bounds__(kGemvThreads, kMmaGemvCtasPerSm)
   };
   auto copy_values = [&](int batch) {
 #pragma unroll
-    for (int u = 0; u < kMmaBatch; ++u) {
+    for (int u = 0; u < kBatchSteps; ++u) {
       const int s = step(batch, u);
       if (s >= steps) break;
 #pragma unroll
-      for (int h = 0; h < 2; ++h) cp_async16_to(stage(batch, u) + value_dst[h], vals + s * 16 * ld + value_src[h], 16);
+      for (int h = 0; h < kValueCopies; ++h) {
+        cp_async16_to(stage(batch, u) + value_dst[h], vals + s * 16 * ld + value_src[h], 16);
+      }
     }
   };
   auto copy_x = [&](int batch, const BatchRows& x_rows) {
 #pragma unroll
-    for (int u = 0; u < kMmaBatch; ++u) {
+    for (int u = 0; u < kBatchSteps; ++u) {
 #pragma unroll
       for (int h = 0; h < Frags; ++h) {
         const int row = x_rows[u][h];
@@ -551,14 +618,16 @@ __global__ void __launch_bounds__(kGemvThreads, kMmaGemvCtasPerSm)
     }
   };
   // ldmatrix sources: A (x) rows a_row, chunk 2i + (q & 1) for fragment i; B (values) rows b_row, chunk b_chunk
-  // (+2 for columns 16..31).
+  // (+2h for columns 16h..16h+15).
   const int li = lane & 7, q = lane >> 3;
   const int a_row = li + (q >> 1) * 8, b_row = li + (q & 1) * 8, b_chunk = q >> 1;
-  uint32_t a_src[Frags], b_src[2];
+  uint32_t a_src[Frags], b_src[Cols / 16];
 #pragma unroll
   for (int i = 0; i < Frags; ++i) a_src[i] = a_row * kRowBytes + swizzle<kXChunks>(a_row, 2 * i + (q & 1)) * 16;
 #pragma unroll
-  for (int h = 0; h < 2; ++h) b_src[h] = Shape::kXBytes + b_row * 64 + swizzle<4>(b_row, b_chunk + 2 * h) * 16;
+  for (int h = 0; h < Cols / 16; ++h) {
+    b_src[h] = Shape::kXBytes + b_row * kValueRowBytes + swizzle<kValueChunks>(b_row, b_chunk + 2 * h) * 16;
+  }
 
   // At M <= kSmallM each thread finishes a few outputs of the slice itself, with their column indices requested now.
   auto outputs = [&] {
@@ -569,7 +638,7 @@ __global__ void __launch_bounds__(kGemvThreads, kMmaGemvCtasPerSm)
     }
   }();
   FinalizeCursor<T> fill = pruned_share<T>(w, p);
-  float acc[Frags][4][4] = {};
+  float acc[Frags][Cols / 8][4] = {};
   const int batches = steps > warp ? (steps - warp + kBatchStride - 1) / kBatchStride : 0;
   // The first Batches - 1 batches in flight at once: their values (which never come from the kernel before), then
   // their x, with the row indices of all of them and of the next two batches requested together.
@@ -591,25 +660,25 @@ __global__ void __launch_bounds__(kGemvThreads, kMmaGemvCtasPerSm)
     copy_x(batch + Batches - 1, next_rows);
     cp_async_commit();
 #pragma unroll
-    for (int u = 0; u < kMmaBatch; ++u)
+    for (int u = 0; u < kBatchSteps; ++u)
 #pragma unroll
       for (int h = 0; h < Frags; ++h) next_rows[u][h] = later_rows[u][h];
     load_rows(batch + Batches + 1, later_rows);
     cp_async_wait<Batches - 1>();  // this batch's copies are done
     __syncwarp();
 #pragma unroll
-    for (int u = 0; u < kMmaBatch; ++u) {
+    for (int u = 0; u < kBatchSteps; ++u) {
       if (step(batch, u) >= steps) break;
       const uint32_t st = stage(batch, u);
-      uint32_t a[Frags][4], b[2][4];
+      uint32_t a[Frags][4], b[Cols / 16][4];
 #pragma unroll
       for (int i = 0; i < Frags; ++i) ldmatrix_x4_trans(a[i], st + a_src[i]);
-      ldmatrix_x4_trans(b[0], st + b_src[0]);
-      ldmatrix_x4_trans(b[1], st + b_src[1]);
+#pragma unroll
+      for (int h = 0; h < Cols / 16; ++h) ldmatrix_x4_trans(b[h], st + b_src[h]);
 #pragma unroll
       for (int i = 0; i < Frags; ++i)
 #pragma unroll
-        for (int j = 0; j < 4; ++j) mma_16816<T>(acc[i][j], a[i], &b[j / 2][(j % 2) * 2]);
+        for (int j = 0; j < Cols / 8; ++j) mma_16816<T>(acc[i][j], a[i], &b[j / 2][(j % 2) * 2]);
     }
     __syncwarp();  // the stages are read before the batch after next is copied into them
   }
@@ -618,7 +687,10 @@ __global__ void __launch_bounds__(kGemvThreads, kMmaGemvCtasPerSm)
   fill.fetch_bias(p);
   // Accumulator e of fragment (i, j): m = 16i + g (+8 for e >= 2), slice column 8j + 2t4 + e % 2.
   const int g = lane >> 2, t4 = lane & 3;
-  if constexpr (Frags == 1) {
+  if constexpr (kShares > 1) {
+    outputs.fetch_biases(p);
+    finish_cluster_shares<T, Shape>(acc, smem, outputs, w, p);
+  } else if constexpr (Frags == 1) {
     outputs.fetch_biases(p);
     __syncthreads();  // the stages are reused for the partial sums, [warp][m][slice column]
     float* partial = reinterpret_cast<float*>(smem) + warp * kSmallM * kGemvSliceCols;
@@ -690,43 +762,17 @@ int mma_gemv_ctas_per_sm() {
   return resident_ctas_per_sm<tw_gemv_mma_kernel<__half, 2, 2>, MmaGemvShape<2>::kSmemBytes>();
 }
 
-// Launch configuration of GEMV CTAs over `grid` in clusters of Cluster consecutive CTAs (a tile's slices).
-template <int Cluster>
-struct ClusterLaunch {
-  cudaLaunchAttribute attr{};
-  cudaLaunchConfig_t config{};
-  ClusterLaunch(dim3 grid, cudaStream_t stream) {
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = Cluster;
-    attr.val.clusterDim.y = attr.val.clusterDim.z = 1;
-    config.gridDim = grid;
-    config.blockDim = dim3(kGemvThreads);
-    config.stream = stream;
-    config.attrs = &attr;
-    config.numAttrs = 1;
-  }
-  ClusterLaunch(const ClusterLaunch&) = delete;  // config points at attr
-  ClusterLaunch& operator=(const ClusterLaunch&) = delete;
-};
-
-// Clusters of Cluster CTAs of kKernel that the device holds at once, asked once per process (0 if the device
-// takes no clusters).
-template <auto kKernel, int Cluster>
+// Clusters of Cluster CTAs of kKernel (kDynamicSmem bytes of dynamic shared memory each) that the device holds at
+// once, asked once per process (0 if the device takes no clusters).
+template <auto kKernel, int Cluster, int kDynamicSmem = 0>
 int resident_clusters() {
   static const int clusters = [] {
-    const ClusterLaunch<Cluster> launch(dim3(Cluster), nullptr);
+    if (kDynamicSmem > 0 && allow_dynamic_smem<kKernel, kDynamicSmem>() != nullptr) return 0;
+    const LaunchConfig launch(dim3(Cluster), dim3(kGemvThreads), kDynamicSmem, nullptr, false, Cluster);
     int n = 0;
-    return cudaOccupancyMaxActiveClusters(&n, kKernel, &launch.config) == cudaSuccess ? n : 0;
+    return cudaOccupancyMaxActiveClusters(&n, kKernel, launch.get()) == cudaSuccess ? n : 0;
   }();
   return clusters;
-}
-
-template <auto kKernel, int Cluster>
-const char* launch_clustered(dim3 grid, cudaStream_t stream, const PackedTile& w, const Problem& p, int k_split,
-                             const TileBounds& bounds) {
-  const ClusterLaunch<Cluster> launch(grid, stream);
-  const cudaError_t err = cudaLaunchKernelEx(&launch.config, kKernel, w, p, k_split, bounds);
-  return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
 }
 
 // The row-share GEMV, a tile's G / 32 slice CTAs (Cluster of them) in one cluster, where the tiles are Cluster slices
@@ -739,30 +785,42 @@ std::optional<const char*> launch_row_shares(const PackedTile& w, const Problem&
   if (w.granularity != Cluster * kGemvSliceCols || ctas > int64_t{Cluster} * resident_clusters<kKernel, Cluster>()) {
     return std::nullopt;
   }
-  return launch_clustered<kKernel, Cluster>(grid, p.stream, w, p, k_split, bounds);
+  return LaunchConfig(grid, dim3(kGemvThreads), 0, p.stream, false, Cluster).launch(kKernel, w, p, k_split, bounds);
 }
 
-template <typename T, int Frags, int Batches>
+template <typename T, int Frags, int Batches, int Cols = kGemvSliceCols>
 const char* launch_mma_gemv(const PackedTile& w, const Problem& p, dim3 grid, int k_split, const TileBounds& bounds) {
-  constexpr auto kKernel = tw_gemv_mma_kernel<T, Frags, Batches>;
-  constexpr int kSmem = MmaGemvShape<Frags, Batches>::kSmemBytes;
-  if (const char* err = allow_dynamic_smem<kKernel, kSmem>()) return err;
-  grid.z = cdiv(p.M, MmaGemvShape<Frags, Batches>::kRows);
-  return launch_kernel(kKernel, grid, dim3(kGemvThreads), kSmem, p.stream, p.x_from_prior_kernel, w, p, k_split,
-                       bounds);
+  constexpr auto kKernel = tw_gemv_mma_kernel<T, Frags, Batches, Cols>;
+  using Shape = MmaGemvShape<Frags, Batches, Cols>;
+  if (const char* err = allow_dynamic_smem<kKernel, Shape::kSmemBytes>()) return err;
+  grid.z = cdiv(p.M, Shape::kRows);
+  return LaunchConfig(grid, dim3(kGemvThreads), Shape::kSmemBytes, p.stream, p.x_from_prior_kernel, Shape::kShares)
+      .launch(kKernel, w, p, k_split, bounds);
 }
 
-// Up to 16 rows: a ring of four batches per warp where no SM holds more than one CTA (and the device gives a CTA
-// its 96 KB), else two. Measured on an H200 at 4096 x 11008 (bench/results/tw_h200_gemv_ring_trial.md), four
-// batches took 4% off 90% sparsity (112 CTAs) and were level or 1-2% slower at 50-75% (172-244 CTAs, two per SM);
-// eight, with all of a warp's batches in flight at 90%, were 12-14% slower. With this rule 90% went 7-8% faster
-// than before (bench/results/tw_h200_gemv_ring.md, with the tile pointers as a parameter). The same rule for blocks
-// of 32 rows was 7-12% slower wherever it took four (bench/results/tw_h200_gemv_ring32.md: LSTM gates at 128 rows).
+// Up to 16 rows: K steps of two slices where the tiles are 64 or 128 columns wide, the slices fill at least half
+// the SMs without a K split and the clusters fit one round. Against 32-column steps on an H200 at 4096 x 11008
+// (bench/results/tw_h200_gemv_wide.md), 10-19% faster at 30-75% sparsity and 6-7% at 90%; vector-wise 2:8 and 2:4
+// with V = 64 or 128 at 16 rows 13-20%. On a grid of a few CTAs (LSTM gates at 16 rows and 90%, 24 CTAs) they were
+// 8% slower than the ring of four (bench/results/tw_h200_gemv_wide_first.md, before the half-the-SMs condition).
+// Otherwise a ring of four batches per warp where no SM holds more than one CTA (and the device gives a CTA its
+// 96 KB), else two. Measured on an H200 at 4096 x 11008 (bench/results/tw_h200_gemv_ring_trial.md), four batches
+// took 4% off 90% sparsity (112 CTAs) and were level or 1-2% slower at 50-75% (172-244 CTAs, two per SM); eight,
+// with all of a warp's batches in flight at 90%, were 12-14% slower. With this rule 90% went 7-8% faster than
+// before (bench/results/tw_h200_gemv_ring.md, with the tile pointers as a parameter). The same rule for blocks of
+// 32 rows was 7-12% slower wherever it took four (bench/results/tw_h200_gemv_ring32.md: LSTM gates at 128 rows).
 template <typename T>
 const char* launch_mma_gemv_16(const PackedTile& w, const Problem& p, dim3 grid, int k_split,
                                const TileBounds& bounds) {
+  constexpr auto kWide = tw_gemv_mma_kernel<T, 1, 2, kMmaGemvWideCols>;
+  using Wide = MmaGemvShape<1, 2, kMmaGemvWideCols>;
+  const int64_t ctas = static_cast<int64_t>(grid.x) * grid.y;
+  const bool fits_wide = ctas <= int64_t{Wide::kShares} * resident_clusters<kWide, Wide::kShares, Wide::kSmemBytes>();
+  if (w.granularity % kMmaGemvWideCols == 0 && grid.y == 1 && 2 * ctas >= p.num_sms && fits_wide) {
+    return launch_mma_gemv<T, 1, 2, kMmaGemvWideCols>(w, p, grid, k_split, bounds);
+  }
   constexpr auto kDeep = tw_gemv_mma_kernel<T, 1, kMmaGemvDeepRing>;
-  const bool deep = static_cast<int64_t>(grid.x) * grid.y <= p.num_sms &&
+  const bool deep = ctas <= p.num_sms &&
                     allow_dynamic_smem<kDeep, MmaGemvShape<1, kMmaGemvDeepRing>::kSmemBytes>() == nullptr;
   return deep ? launch_mma_gemv<T, 1, kMmaGemvDeepRing>(w, p, grid, k_split, bounds)
               : launch_mma_gemv<T, 1, 2>(w, p, grid, k_split, bounds);

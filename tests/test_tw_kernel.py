@@ -155,19 +155,42 @@ def test_mid_m_gemv_matches_fp32_reference(dtype: torch.dtype, granularity: int)
         assert err_fm <= KERNEL_TOLERANCE[dtype], f"feature-major M={m} K={k} N={n}: rel err {err_fm:.2e}"
 
 
+def _sixteen_row_gemv(packed: PackedTW, xt: torch.Tensor, bias: torch.Tensor) -> re.Match[str]:
+    """The batches per warp and the columns per K step of the tensor-core GEMV that `auto` runs at up to 16 rows."""
+    names = " ".join(kernel_times(lambda: packed.matmul_feature_major(xt, bias, "gelu")))
+    launched = re.search(r"tw_gemv_mma_kernel<[^<>]*, 1, (\d+), (\d+)>", names)
+    assert launched is not None, names
+    return launched
+
+
 @pytest.mark.parametrize("n", [4104, 16392])
 def test_sixteen_row_gemv_ring_follows_ctas_per_sm(n: int) -> None:
-    """At 16 rows the tensor-core GEMV gives each warp a ring of four batches where no SM holds more than one CTA,
-    else of two: N 4104 (96 CTAs at G = 128) and 16392 (384) take one each on a GPU of 96 to 383 SMs."""
-    packed, x, bias, ref = _case(16, 1032, n, 128, torch.float16, seed=47, residual=True, activation="gelu")
-    xt = x.t().contiguous()
-    names = " ".join(kernel_times(lambda: packed.matmul_feature_major(xt, bias, "gelu")))
-    ring = re.search(r"tw_gemv_mma_kernel<[^<>]*, 1, (\d+)>", names)
-    assert ring is not None, names
-    ctas = packed.num_tiles * (128 // 32)
-    assert int(ring.group(1)) == (4 if ctas <= torch.cuda.get_device_properties(0).multi_processor_count else 2)
-    err = rel_err(packed.matmul_feature_major(xt, bias, "gelu").t(), ref)
+    """At 16 rows on tiles of 32 columns the tensor-core GEMV gives each warp a ring of four batches where no SM
+    holds more than one CTA, else of two: N 4104 and 16392 take one each on a GPU of 96 to 383 SMs."""
+    packed, x, bias, ref = _case(16, 1032, n, 32, torch.float16, seed=47, residual=True, activation="gelu")
+    ring, cols = _sixteen_row_gemv(packed, x.t().contiguous(), bias).groups()
+    assert int(cols) == 32
+    assert int(ring) == (4 if packed.num_tiles <= torch.cuda.get_device_properties(0).multi_processor_count else 2)
+    err = rel_err(packed.matmul_feature_major(x.t().contiguous(), bias, "gelu").t(), ref)
     assert err <= KERNEL_TOLERANCE[torch.float16], f"N={n}: rel err {err:.2e}"
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("granularity", [64, 128])
+@pytest.mark.parametrize(("m", "k", "n", "cols"), [(16, 4104, 11008, 64), (9, 1032, 4104, 64), (13, 2056, 520, 32)])
+def test_sixteen_row_gemv_steps_span_two_slices(
+    dtype: torch.dtype, granularity: int, m: int, k: int, n: int, cols: int
+) -> None:
+    """On tiles of 64 or 128 columns each K step of the 16-row GEMV spans 64 columns, and the two CTAs of a cluster
+    add their shares of those columns' kept rows; a few tiles whose K is split over CTAs (N = 520) keep 32-column
+    steps. Empty tiles (odd seeds), the TEW residual, bias and GELU, x and y either way, against fp32."""
+    for seed in (50, 51):
+        packed, x, bias, ref = _case(m, k, n, granularity, dtype, seed, residual=True, activation="gelu")
+        xt = x.t().contiguous()  # M = 9 and 13 are padded to 16-byte rows
+        assert int(_sixteen_row_gemv(packed, xt, bias).group(2)) == cols
+        for out in (packed.matmul_feature_major(xt, bias, "gelu").t(), packed.matmul(x, bias, "gelu")):
+            err = rel_err(out, ref)
+            assert err <= KERNEL_TOLERANCE[dtype], f"M={m} K={k} N={n} G={granularity} seed={seed}: {err:.2e}"
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])

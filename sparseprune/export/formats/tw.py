@@ -25,8 +25,8 @@ from sparseprune.export.formats.extension import load_kernels
 log = logging.getLogger(__name__)
 
 K_STEP = 32  # kernel K step; must match kKStep in kernels_ext/tw_gemm.h
-SMALL_M = 16  # rows up to which the kernels take any feature-major M; must match kSmallM in kernels_ext/tw_gemm.h
-FEATURE_MAJOR_M_ALIGN = 8  # above SMALL_M a feature-major x is read in 16-byte runs of M
+CUDA_CORE_MAX_M = 8  # rows up to which the GEMV runs on CUDA cores; must match kGemvMaxM in kernels_ext/tw_gemm.h
+FEATURE_MAJOR_M_ALIGN = 8  # past CUDA_CORE_MAX_M the tensor-core kernels read a feature-major x in 16-byte runs of M
 GRANULARITIES = (32, 64, 128)
 ACTIVATIONS = {None: 0, "relu": 1, "gelu": 2}
 # Tensor-core family for M > 16: "auto" picks the tensor-core GEMV "gemv.mma" up to MMA_GEMV_MAX_M rows where its
@@ -150,8 +150,8 @@ class PackedTW:
     ) -> torch.Tensor:
         """yT = act(x @ B + bias)^T from xT (K, M): chained sparse layers stay feature-major, skipping transposes.
 
-        Any M: an M the kernels cannot read feature-major (above SMALL_M and not a multiple of 8) is padded with
-        zero columns, and the result is then a view of the first M columns.
+        Any M: an M the tensor-core kernels cannot read feature-major (above CUDA_CORE_MAX_M and not a multiple of
+        8) is padded with zero columns, and the result is then a view of the first M columns.
         """
         if xt.dim() != 2 or xt.shape[0] != self.shape[0]:
             raise UserError(f"feature-major x must be (K={self.shape[0]}, M), got {tuple(xt.shape)}")
@@ -165,10 +165,13 @@ class PackedTW:
         y_feature_major: bool,
         kernel: str,
     ) -> torch.Tensor:
-        """_run on a feature-major xT (K, M), padding an M the kernels cannot read that way (above SMALL_M and not a
-        multiple of 8) with zero columns; y then is a view of the first M outputs."""
+        """_run on a feature-major xT (K, M), padding an M the tensor-core kernels cannot read that way (above
+        CUDA_CORE_MAX_M and not a multiple of 8) with zero columns; y then is a view of the first M outputs. From 9
+        to 15 rows the CUDA-core GEMV would otherwise take the call and multiply 16 rows on CUDA cores: 58 us at 12
+        rows on 4096 x 11008 at 50% sparsity, 21.5 padded for the tensor-core GEMV
+        (bench/results/tw_h200_gemv_pad.md)."""
         m = xt.shape[1]
-        if xt.is_cuda and m > SMALL_M and m % FEATURE_MAJOR_M_ALIGN:
+        if xt.is_cuda and m > CUDA_CORE_MAX_M and m % FEATURE_MAJOR_M_ALIGN:
             padded = F.pad(xt, (0, -m % FEATURE_MAJOR_M_ALIGN))
             y = self._run(padded, bias, activation, True, y_feature_major, kernel)
             return y[:, :m] if y_feature_major else y[:m]
