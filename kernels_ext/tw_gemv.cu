@@ -484,9 +484,24 @@ struct MmaGemvShape {
   static_assert(Batches == 2 || Frags == 1, "a deeper ring only at 16 rows");
   static_assert(Cols == kGemvSliceCols || (Frags == 1 && Cols == kMmaGemvWideCols), "wider steps at 16 rows only");
   static_assert(Frags > 1 || kSlicePartialFloats<kSmallM> * 4 <= kRingBytes, "the partial sums reuse the stages");
-  static_assert(Frags == 1 && kShares == 1 || kGemvWarps * kRows * kPartialLd * 4 <= kRingBytes,
+  static_assert((Frags == 1 && kShares == 1) || kGemvWarps * kRows * kPartialLd * 4 <= kRingBytes,
                 "the partial sums reuse the stages");
 };
+
+// Stores a warp's accumulators as its partial sums, [m][kLd] from `partial`, in float2 runs: accumulator e of
+// fragment (i, j) is m = 16i + g (+8 for e >= 2), column 8j + 2t4 + e % 2.
+template <int kLd, int Frags, int ColFrags>
+__device__ __forceinline__ void store_warp_sums(const float (&acc)[Frags][ColFrags][4], float* partial) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+#pragma unroll
+  for (int i = 0; i < Frags; ++i)
+#pragma unroll
+    for (int j = 0; j < ColFrags; ++j) {
+      const int r = 16 * i + g, n = 8 * j + 2 * t4;
+      *reinterpret_cast<float2*>(partial + r * kLd + n) = make_float2(acc[i][j][0], acc[i][j][1]);
+      *reinterpret_cast<float2*>(partial + (r + 8) * kLd + n) = make_float2(acc[i][j][2], acc[i][j][3]);
+    }
+}
 
 // The end of a 16-row tensor-core GEMV CTA whose K steps span its cluster's kShares slices: the warps' sums of all
 // its columns meet in its stages, and each slice's total goes into the shared memory of the CTA that finishes that
@@ -497,15 +512,9 @@ __device__ __forceinline__ void finish_cluster_shares(const float (&acc)[1][ColF
                                                       SliceOutputs<T, kSmallM>& outputs, const PackedTile& w,
                                                       const Problem& p) {
   constexpr int kLd = Shape::kPartialLd, kShares = Shape::kShares, Cols = 8 * ColFrags;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3;
+  const int warp = threadIdx.x >> 5;
   __syncthreads();  // the stages are reused for the partial sums, [warp][m][column]
-  float* partial = reinterpret_cast<float*>(smem) + warp * kSmallM * kLd;
-#pragma unroll
-  for (int j = 0; j < ColFrags; ++j) {
-    const int n = 8 * j + 2 * t4;
-    *reinterpret_cast<float2*>(partial + g * kLd + n) = make_float2(acc[0][j][0], acc[0][j][1]);
-    *reinterpret_cast<float2*>(partial + (g + 8) * kLd + n) = make_float2(acc[0][j][2], acc[0][j][3]);
-  }
+  store_warp_sums<kLd>(acc, reinterpret_cast<float*>(smem) + warp * kSmallM * kLd);
   __syncthreads();
   const float* sums = reinterpret_cast<const float*>(smem);
   float* shares = reinterpret_cast<float*>(smem + Shape::kRingBytes);
@@ -685,8 +694,6 @@ __global__ void __launch_bounds__(kGemvThreads, kMmaGemvCtasPerSm)
   cp_async_wait<0>();
 
   fill.fetch_bias(p);
-  // Accumulator e of fragment (i, j): m = 16i + g (+8 for e >= 2), slice column 8j + 2t4 + e % 2.
-  const int g = lane >> 2, t4 = lane & 3;
   if constexpr (kShares > 1) {
     outputs.fetch_biases(p);
     finish_cluster_shares<T, Shape>(acc, smem, outputs, w, p);
@@ -694,6 +701,7 @@ __global__ void __launch_bounds__(kGemvThreads, kMmaGemvCtasPerSm)
     outputs.fetch_biases(p);
     __syncthreads();  // the stages are reused for the partial sums, [warp][m][slice column]
     float* partial = reinterpret_cast<float*>(smem) + warp * kSmallM * kGemvSliceCols;
+    const int g = lane >> 2, t4 = lane & 3;  // accumulator e of fragment j: m = g (+8 for e >= 2), 8j + 2t4 + e % 2
 #pragma unroll
     for (int j = 0; j < 4; ++j)
 #pragma unroll
@@ -705,15 +713,7 @@ __global__ void __launch_bounds__(kGemvThreads, kMmaGemvCtasPerSm)
   } else {
     constexpr int kLd = Shape::kPartialLd;
     __syncthreads();  // the stages are reused for the partial sums
-    float* partial = reinterpret_cast<float*>(smem) + warp * Shape::kRows * kLd;
-#pragma unroll
-    for (int i = 0; i < Frags; ++i)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int r = 16 * i + g, n = 8 * j + 2 * t4;
-        *reinterpret_cast<float2*>(partial + r * kLd + n) = make_float2(acc[i][j][0], acc[i][j][1]);
-        *reinterpret_cast<float2*>(partial + (r + 8) * kLd + n) = make_float2(acc[i][j][2], acc[i][j][3]);
-      }
+    store_warp_sums<kLd>(acc, reinterpret_cast<float*>(smem) + warp * Shape::kRows * kLd);
     __syncthreads();
     const bool feature_major_out = p.sym == 1;
     const float* sums = reinterpret_cast<const float*>(smem);
@@ -815,8 +815,8 @@ const char* launch_mma_gemv_16(const PackedTile& w, const Problem& p, dim3 grid,
   constexpr auto kWide = tw_gemv_mma_kernel<T, 1, 2, kMmaGemvWideCols>;
   using Wide = MmaGemvShape<1, 2, kMmaGemvWideCols>;
   const int64_t ctas = static_cast<int64_t>(grid.x) * grid.y;
-  const bool fits_wide = ctas <= int64_t{Wide::kShares} * resident_clusters<kWide, Wide::kShares, Wide::kSmemBytes>();
-  if (w.granularity % kMmaGemvWideCols == 0 && grid.y == 1 && 2 * ctas >= p.num_sms && fits_wide) {
+  if (w.granularity % kMmaGemvWideCols == 0 && grid.y == 1 && 2 * ctas >= p.num_sms &&
+      ctas <= int64_t{Wide::kShares} * resident_clusters<kWide, Wide::kShares, Wide::kSmemBytes>()) {
     return launch_mma_gemv<T, 1, 2, kMmaGemvWideCols>(w, p, grid, k_split, bounds);
   }
   constexpr auto kDeep = tw_gemv_mma_kernel<T, 1, kMmaGemvDeepRing>;
