@@ -186,7 +186,11 @@ at::Tensor tw_matmul(const at::Tensor& x, const at::Tensor& values, const at::Te
   const bool transposes_y =
       !y_feature_major && M > tw::kGemvMaxM && (pruned_cols.numel() > 0 || p.path == tw::Path::kWgmmaRows) && !tw::runs_gemv(w, p);
   const int64_t ldt = (M + 7) / 8 * 8;
-  if (!transposes_x) {
+  // A feature-major x of 9-15 rows has no 16-byte rows for the tensor-core GEMV, so it is copied into padded ones
+  // here by a small kernel, behind which the GEMV starts as its programmatic dependent (PackedTW pads x, and y with
+  // it, where it forces another kernel).
+  const bool pads_x = x_feature_major && M > tw::kGemvMaxM && M % 8 != 0;
+  if (!transposes_x && !pads_x) {
     p.x = x.data_ptr();
     p.sxm = x_feature_major ? 1 : K;
     p.sxk = x_feature_major ? M : 1;
@@ -211,9 +215,11 @@ at::Tensor tw_matmul(const at::Tensor& x, const at::Tensor& values, const at::Te
   }
   // The transpose goes last before the GEMM (after the workspace's zeroing), so that the GEMM can start as its
   // programmatic dependent: its prologue (indices, packed values) then overlaps the transpose's tail.
-  if (transposes_x) {
-    const char* err = tw::launch_transpose(x.data_ptr(), xt.data_ptr(), M, K, K, ldt, p.dtype, stream, false);
-    TORCH_CHECK(err == nullptr, "transpose launch failed: ", err ? err : "");
+  if (transposes_x || pads_x) {
+    const char* err = transposes_x
+                          ? tw::launch_transpose(x.data_ptr(), xt.data_ptr(), M, K, K, ldt, p.dtype, stream, false)
+                          : tw::launch_pad_rows(x.data_ptr(), xt.data_ptr(), K, M, M, ldt, p.dtype, stream);
+    TORCH_CHECK(err == nullptr, "x copy launch failed: ", err ? err : "");
     p.x_from_prior_kernel = true;
   }
   const char* err = tw::launch_tw_matmul(w, p);

@@ -409,6 +409,21 @@ bool runs_gemv(const PackedTile& w, const Problem& p) {
   return path == Path::kGemv || path == Path::kGemvMma;
 }
 
+// One 16-byte run of out per thread, read element by element (in's rows are not 16-byte runs).
+template <typename T>
+__global__ void __launch_bounds__(kTransposeThreads)
+    pad_rows_kernel(const T* __restrict__ in, T* __restrict__ out, int64_t R, int64_t C, int64_t ld_in,
+                    int64_t ld_out) {
+  allow_dependent_launch();  // the GEMV that reads the padded rows
+  const int64_t runs = ld_out / 8, i = static_cast<int64_t>(blockIdx.x) * kTransposeThreads + threadIdx.x;
+  if (i >= R * runs) return;
+  const int64_t r = i / runs, c0 = i % runs * 8;
+  alignas(16) T v[8];
+#pragma unroll
+  for (int e = 0; e < 8; ++e) v[e] = c0 + e < C ? in[r * ld_in + c0 + e] : from_float<T>(0.0f);
+  *reinterpret_cast<uint4*>(out + r * ld_out + c0) = *reinterpret_cast<const uint4*>(v);
+}
+
 const char* launch_tw_matmul(const PackedTile& w, const Problem& p) {
   return p.dtype == DType::kHalf ? run<__half>(w, p) : run<__nv_bfloat16>(w, p);
 }
@@ -423,6 +438,18 @@ const char* launch_transpose(const void* in, void* out, int64_t R, int64_t C, in
     using T = std::remove_cv_t<std::remove_pointer_t<decltype(typed)>>;
     return launch_kernel(transpose_kernel<T>, grid, dim3(kTransposeThreads), 0, stream, after_gemm,
                          static_cast<const T*>(in), static_cast<T*>(out), R, C, ld_in, ld_out, vec);
+  };
+  return dtype == DType::kHalf ? launch(static_cast<__half*>(nullptr)) : launch(static_cast<__nv_bfloat16*>(nullptr));
+}
+
+const char* launch_pad_rows(const void* in, void* out, int64_t R, int64_t C, int64_t ld_in, int64_t ld_out,
+                            DType dtype, cudaStream_t stream) {
+  if (R == 0 || ld_out == 0) return nullptr;
+  const dim3 grid(cdiv(R * (ld_out / 8), kTransposeThreads));
+  const auto launch = [&](auto* typed) {
+    using T = std::remove_cv_t<std::remove_pointer_t<decltype(typed)>>;
+    return launch_kernel(pad_rows_kernel<T>, grid, dim3(kTransposeThreads), 0, stream, false,
+                         static_cast<const T*>(in), static_cast<T*>(out), R, C, ld_in, ld_out);
   };
   return dtype == DType::kHalf ? launch(static_cast<__half*>(nullptr)) : launch(static_cast<__nv_bfloat16*>(nullptr));
 }

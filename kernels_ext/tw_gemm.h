@@ -110,5 +110,11 @@ const char* launch_tw_matmul(const PackedTile& w, const Problem& p);
 const char* launch_transpose(const void* in, void* out, int64_t R, int64_t C, int64_t ld_in, int64_t ld_out,
                              DType dtype, cudaStream_t stream, bool after_gemm);
 
+// out[r*ld_out + c] = c < C ? in[r*ld_in + c] : 0 for r < R and c < ld_out (a multiple of 8, out 16-byte aligned): a
+// feature-major x of 9-15 rows copied into 16-byte rows for the tensor-core GEMV, which starts as its programmatic
+// dependent.
+const char* launch_pad_rows(const void* in, void* out, int64_t R, int64_t C, int64_t ld_in, int64_t ld_out,
+                            DType dtype, cudaStream_t stream);
+
 }  // namespace tw
 }  // namespace sparseprune

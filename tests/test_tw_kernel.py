@@ -483,7 +483,7 @@ def test_hopper_kernels_agree_and_repeat() -> None:
 
 # Each storage of x with each of y: the GEMVs (M <= 16), the tensor-core GEMV, the GEMM kernels with and without the
 # transpose of y back, and an M that is no multiple of 8 (padded when read feature-major).
-@pytest.mark.parametrize("m", [1, 8, 16, 100, 130, 1030])
+@pytest.mark.parametrize("m", [1, 8, 12, 16, 100, 130, 1030])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_either_storage_of_x_and_y_matches_fp32_reference(m: int, dtype: torch.dtype) -> None:
     packed, x, bias, ref = _case(m, 264, 520, 64, dtype, seed=m, residual=False, activation="gelu")
@@ -494,6 +494,21 @@ def test_either_storage_of_x_and_y_matches_fp32_reference(m: int, dtype: torch.d
         if m % 8 == 0 or m <= 16:  # else a feature-major y is a view of the padded call's first m outputs
             assert y.t().is_contiguous() if y_feature_major else y.is_contiguous()
         assert rel_err(y, ref) <= KERNEL_TOLERANCE[dtype], (m, x_in.stride(), y_feature_major)
+
+
+@pytest.mark.parametrize("kernel", ["auto", "mma.sync", "gemv.mma", *HOPPER_KERNELS])
+def test_feature_major_x_of_twelve_rows(kernel: str) -> None:
+    """A feature-major x of 12 rows has no 16-byte rows: under `auto` the binding copies x into padded rows and the
+    16-row GEMV writes y unpadded; a forced kernel gets x and y padded by PackedTW (y a view). Against fp32."""
+    _skip_unavailable(kernel, 64)
+    packed, x, bias, ref = _case(12, 1032, 4104, 64, torch.float16, seed=5, residual=True, activation="gelu")
+    xt = x.t().contiguous()
+    yt = packed.matmul_feature_major(xt, bias, "gelu", kernel=kernel)
+    assert yt.shape == (4104, 12) and yt.is_contiguous() == (kernel == "auto")
+    assert rel_err(yt.t(), ref) <= KERNEL_TOLERANCE[torch.float16], kernel
+    if kernel == "auto":
+        names = " ".join(kernel_times(lambda: packed.matmul_feature_major(xt, bias, "gelu")))
+        assert "pad_rows_kernel" in names and "tw_gemv_mma_kernel" in names, names
 
 
 def test_binding_rejects_bad_input() -> None:

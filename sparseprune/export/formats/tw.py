@@ -26,6 +26,7 @@ log = logging.getLogger(__name__)
 
 K_STEP = 32  # kernel K step; must match kKStep in kernels_ext/tw_gemm.h
 CUDA_CORE_MAX_M = 8  # rows up to which the GEMV runs on CUDA cores; must match kGemvMaxM in kernels_ext/tw_gemm.h
+SMALL_M = 16  # rows up to which `auto` runs a GEMV; must match kSmallM in kernels_ext/tw_gemm.h
 FEATURE_MAJOR_M_ALIGN = 8  # past CUDA_CORE_MAX_M the tensor-core kernels read a feature-major x in 16-byte runs of M
 GRANULARITIES = (32, 64, 128)
 ACTIVATIONS = {None: 0, "relu": 1, "gelu": 2}
@@ -151,7 +152,8 @@ class PackedTW:
         """yT = act(x @ B + bias)^T from xT (K, M): chained sparse layers stay feature-major, skipping transposes.
 
         Any M: an M the tensor-core kernels cannot read feature-major (above CUDA_CORE_MAX_M and not a multiple of
-        8) is padded with zero columns, and the result is then a view of the first M columns.
+        8) is padded with zero columns, and the result is then a view of the first M columns (but for 9-15 rows
+        under `auto`, whose kernels pad x alone).
         """
         if xt.dim() != 2 or xt.shape[0] != self.shape[0]:
             raise UserError(f"feature-major x must be (K={self.shape[0]}, M), got {tuple(xt.shape)}")
@@ -169,9 +171,10 @@ class PackedTW:
         CUDA_CORE_MAX_M and not a multiple of 8) with zero columns; y then is a view of the first M outputs. From 9
         to 15 rows the CUDA-core GEMV would otherwise take the call and multiply 16 rows on CUDA cores: 58 us at 12
         rows on 4096 x 11008 at 50% sparsity, 21.5 padded for the tensor-core GEMV
-        (bench/results/tw_h200_gemv_pad.md)."""
+        (bench/results/tw_h200_gemv_pad.md). There `auto` pads x itself, for the GEMV that writes y unpadded."""
         m = xt.shape[1]
-        if xt.is_cuda and m > CUDA_CORE_MAX_M and m % FEATURE_MAJOR_M_ALIGN:
+        pads_in_kernel = m <= SMALL_M and kernel == "auto"
+        if xt.is_cuda and m > CUDA_CORE_MAX_M and m % FEATURE_MAJOR_M_ALIGN and not pads_in_kernel:
             padded = F.pad(xt, (0, -m % FEATURE_MAJOR_M_ALIGN))
             y = self._run(padded, bias, activation, True, y_feature_major, kernel)
             return y[:, :m] if y_feature_major else y[:m]
