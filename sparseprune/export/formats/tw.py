@@ -171,7 +171,8 @@ class PackedTW:
         CUDA_CORE_MAX_M and not a multiple of 8) with zero columns; y then is a view of the first M outputs. From 9
         to 15 rows the CUDA-core GEMV would otherwise take the call and multiply 16 rows on CUDA cores: 58 us at 12
         rows on 4096 x 11008 at 50% sparsity, 21.5 padded for the tensor-core GEMV
-        (bench/results/tw_h200_gemv_pad.md). There `auto` pads x itself, for the GEMV that writes y unpadded."""
+        (bench/results/tw_h200_gemv_pad.md). There `auto` leaves it to the binding, which pads x alone for the GEMV:
+        13-25% faster again (bench/results/tw_h200_pad_rows.md)."""
         m = xt.shape[1]
         pads_in_kernel = m <= SMALL_M and kernel == "auto"
         if xt.is_cuda and m > CUDA_CORE_MAX_M and m % FEATURE_MAJOR_M_ALIGN and not pads_in_kernel:
