@@ -214,8 +214,8 @@ at::Tensor tw_matmul(const at::Tensor& x, const at::Tensor& values, const at::Te
     workspace = at::zeros({M * num_tiles * granularity}, opts.dtype(at::kFloat));
     p.workspace = workspace.data_ptr<float>();
   }
-  // The transpose goes last before the GEMM (after the workspace's zeroing), so that the GEMM can start as its
-  // programmatic dependent: its prologue (indices, packed values) then overlaps the transpose's tail.
+  // The copy of x (transpose or padding) goes last before the GEMM (after the workspace's zeroing), so that the GEMM
+  // can start as its programmatic dependent: its prologue (indices, packed values) then overlaps the copy's tail.
   if (transposes_x || pads_x) {
     const char* err = transposes_x
                           ? tw::launch_transpose(x.data_ptr(), xt.data_ptr(), M, K, K, ldt, p.dtype, stream, false)

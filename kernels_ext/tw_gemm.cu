@@ -8,7 +8,6 @@
 // G output columns through `cols`. Tiles come sorted by kept K, heaviest first, so the block scheduler balances
 // them over the SMs.
 #include <algorithm>
-#include <type_traits>
 
 #include "mma_sync.cuh"
 #include "tw_device.cuh"
@@ -428,30 +427,34 @@ const char* launch_tw_matmul(const PackedTile& w, const Problem& p) {
   return p.dtype == DType::kHalf ? run<__half>(w, p) : run<__nv_bfloat16>(w, p);
 }
 
+// Calls copy(T{}) with a value of the activations' element type: how the x and y copies pick their kernel.
+template <typename Copy>
+const char* with_element_type(DType dtype, Copy&& copy) {
+  return dtype == DType::kHalf ? copy(__half{}) : copy(__nv_bfloat16{});
+}
+
 const char* launch_transpose(const void* in, void* out, int64_t R, int64_t C, int64_t ld_in, int64_t ld_out,
                              DType dtype, cudaStream_t stream, bool after_gemm) {
   if (R == 0 || C == 0) return nullptr;
   const auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
   const bool vec = ld_in % 8 == 0 && ld_out % 8 == 0 && aligned(in) && aligned(out);
   const dim3 grid(cdiv(C, kTransposeCols), cdiv(R, kTransposeRows));
-  const auto launch = [&](auto* typed) {
-    using T = std::remove_cv_t<std::remove_pointer_t<decltype(typed)>>;
+  return with_element_type(dtype, [&](auto element) {
+    using T = decltype(element);
     return launch_kernel(transpose_kernel<T>, grid, dim3(kTransposeThreads), 0, stream, after_gemm,
                          static_cast<const T*>(in), static_cast<T*>(out), R, C, ld_in, ld_out, vec);
-  };
-  return dtype == DType::kHalf ? launch(static_cast<__half*>(nullptr)) : launch(static_cast<__nv_bfloat16*>(nullptr));
+  });
 }
 
 const char* launch_pad_rows(const void* in, void* out, int64_t R, int64_t C, int64_t ld_in, int64_t ld_out,
                             DType dtype, cudaStream_t stream) {
   if (R == 0 || ld_out == 0) return nullptr;
   const dim3 grid(cdiv(R * (ld_out / 8), kTransposeThreads));
-  const auto launch = [&](auto* typed) {
-    using T = std::remove_cv_t<std::remove_pointer_t<decltype(typed)>>;
+  return with_element_type(dtype, [&](auto element) {
+    using T = decltype(element);
     return launch_kernel(pad_rows_kernel<T>, grid, dim3(kTransposeThreads), 0, stream, false,
                          static_cast<const T*>(in), static_cast<T*>(out), R, C, ld_in, ld_out);
-  };
-  return dtype == DType::kHalf ? launch(static_cast<__half*>(nullptr)) : launch(static_cast<__nv_bfloat16*>(nullptr));
+  });
 }
 
 }  // namespace tw
