@@ -11,11 +11,10 @@ import functools
 import json
 import math
 import shlex
-import statistics
 import subprocess
 import sys
 import zlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
@@ -24,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from sparseprune.export.formats.extension import load_kernels
-from sparseprune.export.timing import capture_graph
+from sparseprune.export.timing import time_calls
 
 TOLERANCE = {torch.float16: 2e-3, torch.bfloat16: 1e-2}  # relative error vs the fp32 reference
 COLD_WEIGHTS_MAX_M = 16  # rows of x up to which a timed call reads its weights from HBM (the decode sizes)
@@ -34,9 +33,7 @@ W = TypeVar("W")
 @dataclass(frozen=True)
 class Timing:
     median_us: float
-    min_us: float
-    samples: int
-    graphed: bool
+    graphed: bool  # replays of a CUDA graph; False: eager batches (the calls could not be captured)
 
 
 class Rotation(Generic[W]):
@@ -77,15 +74,12 @@ class Rotation(Generic[W]):
         return self.op(weight)
 
 
-def time_cuda(fn: Callable[[], Any], warmup: int = 3, samples: int = 15, graph: bool = True) -> Timing:
-    """Median device time of one `fn()` call, from CUDA events around batches of ~1 ms of calls.
-
-    With `graph` the batch is captured once as a CUDA graph and replayed, so host launch overhead (Python, op
-    dispatch) stays out and microsecond kernels are timed as the GPU runs them; ops that cannot be captured
-    fall back to eager batches (`graphed` says which). A Rotation's batch visits each of its copies at least twice.
-    """
+def batch_of_calls(fn: Callable[[], Any], warmup: int = 3) -> tuple[Callable[[], None], int]:
+    """fn warmed up, and a batch of about 1 ms of its calls with their count: CUDA events cannot time one call of a
+    few microseconds. A Rotation's batch visits each of its copies at least twice, after a warm-up call on each (a
+    copy's first call may build what it needs)."""
     copies = len(fn.weights) if isinstance(fn, Rotation) and len(fn.weights) > 1 else 0
-    for _ in range(max(warmup, copies)):  # every copy once: a copy's first call may build what it needs
+    for _ in range(max(warmup, copies)):
         fn()
     torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -99,18 +93,31 @@ def time_cuda(fn: Callable[[], Any], warmup: int = 3, samples: int = 15, graph: 
         for _ in range(calls):
             fn()
 
-    replay = capture_graph(batch, torch.device("cuda")) if graph else None  # warns where it falls back to eager
-    run, graphed = (replay, True) if replay is not None else (batch, False)
-    run()
-    times = []
-    for _ in range(samples):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        run()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / calls)
-    return Timing(median_us=statistics.median(times), min_us=min(times), samples=samples, graphed=graphed)
+    return batch, calls
+
+
+def time_in_turns(fns: Mapping[str, Callable[[], Any]], samples: int = 15, rounds: int = 3) -> dict[str, Timing]:
+    """Median device time of one call of each of `fns`, from CUDA events around replays of a CUDA graph of a batch
+    of its calls (host launch overhead stays out; a batch that cannot be captured runs eagerly, `graphed` False).
+
+    The calls are timed side by side, `samples` batches each over `rounds` rounds
+    (`sparseprune.export.timing.time_calls`): a GPU slows as it heats under load, so calls timed one after another
+    compare different clocks. On an H200, dense 8192^3 took 1431 us when timed first in a process and 1632-1668 us
+    a moment later, and `auto` timed after dense and before a forced kernel read 7-11% slower than that same kernel
+    (bench/results/tw_h200_timing_turns.md).
+    """
+    batches = {name: batch_of_calls(fn) for name, fn in fns.items()}
+    runs = {name: batch for name, (batch, _) in batches.items()}
+    timings = time_calls(runs, torch.device("cuda"), warmup=0, repeats=samples, rounds=min(rounds, samples))
+    return {
+        name: Timing(median_us=timings[name].median_ms * 1e3 / calls, graphed=timings[name].cuda_graph)
+        for name, (_, calls) in batches.items()
+    }
+
+
+def time_cuda(fn: Callable[[], Any]) -> Timing:
+    """`time_in_turns` of fn alone."""
+    return time_in_turns({"call": fn}, rounds=1)["call"]
 
 
 def kernel_times(fn: Callable[[], Any], calls: int = 1) -> dict[str, float]:
@@ -126,13 +133,15 @@ def kernel_times(fn: Callable[[], Any], calls: int = 1) -> dict[str, float]:
     return {e.key: e.device_time_total / calls for e in events if e.device_time_total > 0}
 
 
-def time_into(row: dict[str, Any], key: str, fn: Callable[[], Any]) -> float:
-    """row[key] = the median µs of fn(); a timing that fell back to eager batches is listed in row["eager"]."""
-    timing = time_cuda(fn)
-    row[key] = timing.median_us
-    if not timing.graphed:
-        row.setdefault("eager", []).append(key)
-    return timing.median_us
+def time_into(row: dict[str, Any], calls: Mapping[str, Callable[[], Any]]) -> dict[str, float]:
+    """row[key] = the median µs of each of `calls` (keyed by row key), timed in turns (`time_in_turns`); a timing that
+    fell back to eager batches is listed in row["eager"]. Returns the medians."""
+    timings = time_in_turns(calls)
+    for key, timing in timings.items():
+        row[key] = timing.median_us
+        if not timing.graphed:
+            row.setdefault("eager", []).append(key)
+    return {key: timing.median_us for key, timing in timings.items()}
 
 
 def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
@@ -229,16 +238,15 @@ def semi_structured_24(x: torch.Tensor, b: torch.Tensor) -> tuple[Callable[[], t
         return None, f"2:4 unavailable: {str(err).splitlines()[0][:120]}"
 
 
-def add_semi24(row: dict[str, Any], x: torch.Tensor, b: torch.Tensor, t_dense: float) -> None:
-    """torch's 2:4 time and speedup over dense for this case into `row`, or why it could not run."""
+def semi24_call(row: dict[str, Any], x: torch.Tensor, b: torch.Tensor) -> dict[str, Callable[[], Any]]:
+    """torch's 2:4 call for this case, {"semi24_us": call} to time beside the others (over copies of the compressed
+    weight, about half the dense bytes, compressed from copies of b), or {} with the reason in row["semi24_note"]."""
     fn, why = semi_structured_24(x, b)
     if fn is None:
         row["semi24_note"] = why
-    else:  # copies of the compressed weight (about half the dense bytes) come from compressing copies of b
-        recompress = lambda _: semi_structured_24(x, b.clone())[0]  # noqa: E731
-        rotation = Rotation(lambda run: run(), fn, b.nbytes // 2, x.shape[0], recompress)
-        time_into(row, "semi24_us", rotation)
-        row["semi24_speedup"] = t_dense / row["semi24_us"]
+        return {}
+    recompress = lambda _: semi_structured_24(x, b.clone())[0]  # noqa: E731
+    return {"semi24_us": Rotation(lambda run: run(), fn, b.nbytes // 2, x.shape[0], recompress)}
 
 
 def case_notes(rows: Sequence[dict[str, Any]], dtype_name: str, legend: str) -> list[str]:

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from bench.common import exit_if_any_failed, relative_error, require_kernels, time_cuda, write_results
+from bench.common import exit_if_any_failed, relative_error, require_kernels, time_into, write_results
 from bench.nm_bench import random_nm_mask
 from sparseprune.export.formats.nm import pack_nm
 from sparseprune.export.formats.tw import pack_tw
@@ -63,11 +63,10 @@ def conv_row(conv: torch.nn.Conv2d, sparse: SparseConv2d, masked: torch.Tensor, 
     """Times and checks one sparse convolution against cuDNN on the images x."""
     with torch.inference_mode():
         err = relative_error(sparse(x), F.conv2d(x.float(), masked, conv.bias.float(), padding=1))
-        cudnn_us = time_cuda(lambda: conv(x)).median_us
-        sparse_us = time_cuda(lambda: sparse(x)).median_us
-        im2col_us = time_cuda(lambda: im2col(x, *sparse.geometry, feature_major=True)).median_us
-    return {"batch": x.shape[0], "cudnn_us": cudnn_us, "im2col_us": im2col_us, "sparse_us": sparse_us,
-            "speedup": cudnn_us / sparse_us, "rel_err": err, "passed": err <= TOLERANCE}  # fmt: skip
+        row = {"batch": x.shape[0]}
+        time_into(row, {"cudnn_us": lambda: conv(x), "sparse_us": lambda: sparse(x),
+                        "im2col_us": lambda: im2col(x, *sparse.geometry, feature_major=True)})  # fmt: skip
+    return {**row, "speedup": row["cudnn_us"] / row["sparse_us"], "rel_err": err, "passed": err <= TOLERANCE}
 
 
 def conv_rows(layers: list[str], weights: list[str], batches: list[int]) -> list[dict[str, Any]]:

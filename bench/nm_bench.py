@@ -20,14 +20,13 @@ from bench.common import (
     COLD_WEIGHTS_MAX_M,
     TOLERANCE,
     Rotation,
-    add_semi24,
     bench_parser,
     case_notes,
     exit_if_any_failed,
     markdown_table,
     relative_error,
     require_kernels,
-    time_cuda,
+    semi24_call,
     time_into,
     worst_error,
     write_results,
@@ -48,7 +47,8 @@ from sparseprune.export.formats.sp24 import FORCED_TILES
 log = logging.getLogger("nm_bench")
 
 LEGEND = (
-    "Times are medians of CUDA-graph replays (launch overhead excluded) on the same device in one run. "
+    "Times are medians of CUDA-graph replays (launch overhead excluded) on the same device in one run, each case's "
+    "calls timed side by side in three rounds (the GPU slows as it heats). "
     "'N:M' takes x row-major through PackedNM.matmul (kernel: simt = CUDA-core SpMV/SpMM, tw = TW tensor-core "
     "kernel on the repacked weight, with its transpose of x); 'TW-fm' gives the TW route x feature-major, and from "
     "17 rows up to 1024 also forced to the tensor-core GEMV ('gemv.mma') and to the warp-specialized kernel "
@@ -159,34 +159,42 @@ def run_case(
     packed_bytes = packed.nbytes()
     row["cold_weights"] = m_rows <= COLD_WEIGHTS_MAX_M
     packs = Rotation(lambda p: p.matmul(x), packed, packed_bytes, m_rows)
-    time_into(row, "nm_us", packs)
-    time_into(row, "ideal_us", Rotation(lambda w: torch.matmul(x_ideal, w), b_ideal, b_ideal.nbytes, m_rows))
+    calls = {
+        "dense_us": Rotation(lambda w: torch.matmul(x, w), b, b.nbytes, m_rows),
+        "nm_us": packs,
+        "ideal_us": Rotation(lambda w: torch.matmul(x_ideal, w), b_ideal, b_ideal.nbytes, m_rows),
+    }
     row.update({"k_ideal": k_ideal, "packed_bytes": packed_bytes, "bytes_bound": 2.0 * k * n / packed_bytes})
     if view is not None:
         rotation = Rotation(lambda v: v.matmul_feature_major(xt), view, view.nbytes(), m_rows)
-        time_into(row, "nm_fm_us", rotation)
+        calls["nm_fm_us"] = rotation
         for kernel in forced:
             run = rotation.sharing(lambda v, kernel=kernel: v.matmul_feature_major(xt, kernel=kernel))
-            time_into(row, f"tw_fm_{kernel.replace('.', '_')}_us", run)
+            calls[f"tw_fm_{kernel.replace('.', '_')}_us"] = run
     if sp24:
-        time_into(row, "sp24_us", packs.sharing(lambda p: nm_matmul(x, p, kernel="sp24")))
+        calls["sp24_us"] = packs.sharing(lambda p: nm_matmul(x, p, kernel="sp24"))
         compressed = sp24_view(packed)
         for tile in FORCED_TILES:
-            rotation = Rotation(lambda c, tile=tile: c.matmul(x, tile=tile), compressed, packed_bytes, m_rows)
-            time_into(row, f"sp24_{tile}_us", rotation)
+            calls[f"sp24_{tile}_us"] = Rotation(
+                lambda c, tile=tile: c.matmul(x, tile=tile), compressed, packed_bytes, m_rows
+            )
+    if kept * 2 == m and vector == 1:
+        calls.update(semi24_call(row, x, b))
+    time_into(row, calls)
+    add_ratios(row)
     return row
 
 
-def add_ratios(row: dict[str, Any], t_dense: float) -> None:
-    """Speedups against the dense GEMM of the same shape, timed once per shape."""
-    row["dense_us"] = t_dense
+def add_ratios(row: dict[str, Any]) -> None:
+    """Speedups against the dense GEMM of the same shape, timed beside them."""
+    t_dense = row["dense_us"]
     row["speedup"] = t_dense / row["nm_us"]
     row["ideal_ratio"] = t_dense / row["ideal_us"]
     row["of_ideal"] = row["speedup"] / row["ideal_ratio"]
     row["of_bound"] = row["speedup"] / row["bytes_bound"]
     if row.get("nm_fm_us"):
         row["speedup_fm"] = t_dense / row["nm_fm_us"]
-    for key in ("sp24", *(f"sp24_{tile}" for tile in FORCED_TILES)):
+    for key in ("sp24", *(f"sp24_{tile}" for tile in FORCED_TILES), "semi24"):
         if row.get(f"{key}_us"):
             row[f"{key}_speedup"] = t_dense / row[f"{key}_us"]
 
@@ -206,7 +214,6 @@ def run_shape(
     dev = gen.device
     b = (torch.randn(k, n, generator=gen, device=dev) / math.sqrt(k)).to(dtype)
     x = torch.randn(m_rows, k, generator=gen, device=dev).to(dtype)
-    t_dense = None if check_only else time_cuda(Rotation(lambda w: torch.matmul(x, w), b, b.nbytes, m_rows)).median_us
     rows = []
     for pattern, vector in itertools.product(patterns, vectors):
         kept, m = parse_pattern(pattern)
@@ -214,10 +221,6 @@ def run_shape(
             log.info("%s %s V=%d skipped: needs M | K and V | N", name, pattern, vector)
             continue
         row = run_case(name, pattern, vector, x, b, gen, check_only)
-        if t_dense is not None:
-            add_ratios(row, t_dense)
-            if kept * 2 == m and vector == 1:
-                add_semi24(row, x, b, t_dense)
         log.info(
             "%s %s V=%d %s err=%.2e speedup=%s hw 2:4=%s",
             name,

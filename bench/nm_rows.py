@@ -20,7 +20,7 @@ from bench.common import (
     relative_error,
     require_kernels,
     sweep_parser,
-    time_cuda,
+    time_into,
 )
 from bench.nm_bench import parse_pattern, random_nm_mask
 from sparseprune.export.formats.nm import (
@@ -61,14 +61,14 @@ def run(patterns: list[str], rows_list: list[int], k: int, n: int, seed: int) ->
             tensor_cores = rows >= TENSOR_CORE_GEMV_MIN_ROWS and takes_tensor_core_gemv(packed, x)
             row: dict[str, Any] = {"pattern": pattern, "rows": rows, "route": route}
             row["simt_kernel"] = "tensor-core GEMV" if tensor_cores else "SpMV"
-            row["dense_us"] = time_cuda(Rotation(lambda w, x=x: x @ w, b, b.nbytes, rows)).median_us
+            calls = {"dense_us": Rotation(lambda w, x=x: x @ w, b, b.nbytes, rows)}
             errors = []
             kernels = ["simt"] + (["sp24"] if route_unavailable(x, packed, "sp24") is None else [])
             for kernel in kernels:
                 errors.append(relative_error(nm_matmul(x, packed, kernel=kernel), ref))
                 call = lambda p, x=x, kernel=kernel: nm_matmul(x, p, kernel=kernel)  # noqa: E731
-                op = Rotation(call, packed, packed.nbytes(), rows)
-                row[f"{kernel}_us"] = time_cuda(op).median_us
+                calls[f"{kernel}_us"] = Rotation(call, packed, packed.nbytes(), rows)
+            time_into(row, calls)
             row["auto_x_dense"] = row["dense_us"] / row.get(f"{route}_us", math.nan)
             finish_row(row, errors, torch.float16, results, COLUMNS)
     return results

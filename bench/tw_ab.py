@@ -29,7 +29,7 @@ from bench.common import (
     device_name,
     relative_error,
     require_kernels,
-    time_cuda,
+    time_into,
     write_results,
 )
 from bench.tw_bench import SHAPES, bench_tw_mask
@@ -70,13 +70,10 @@ def time_case(
     else:
         run = lambda p: p.matmul_feature_major(xt, kernel=kernel).t()  # noqa: E731
     err = relative_error(run(packed), x.float() @ (b * mask).float())
-    return {
-        "case": case,
-        "device": device_name(),
-        "rel_err": err,
-        "dense_us": time_cuda(Rotation(lambda w: x @ w, b, b.nbytes, m)).median_us,
-        "tw_us": time_cuda(Rotation(run, packed, packed.nbytes(), m)).median_us,
-    }
+    line = {"case": case, "device": device_name(), "rel_err": err}
+    dense, tw = Rotation(lambda w: x @ w, b, b.nbytes, m), Rotation(run, packed, packed.nbytes(), m)
+    time_into(line, {"dense_us": dense, "tw_us": tw})
+    return line
 
 
 def tw_us(line: dict[str, Any]) -> float:

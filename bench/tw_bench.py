@@ -19,7 +19,6 @@ from bench.common import (
     COLD_WEIGHTS_MAX_M,
     TOLERANCE,
     Rotation,
-    add_semi24,
     bench_parser,
     case_generator,
     case_notes,
@@ -28,6 +27,7 @@ from bench.common import (
     markdown_table,
     relative_error,
     require_kernels,
+    semi24_call,
     time_into,
     worst_error,
     write_results,
@@ -51,7 +51,8 @@ GEMV_FORCED_MAX_M = 1024  # rows up to which each case also times the tensor-cor
 # What every call adds after the product: the TW kernels fuse it; dense, ideal and the emulation run it as torch ops.
 EPILOGUES: dict[str, str | None] = {"none": None, "bias": None, "bias-relu": "relu", "bias-gelu": "gelu"}
 LEGEND = (
-    "Times are medians of CUDA-graph replays (launch overhead excluded) on the same device in one run; "
+    "Times are medians of CUDA-graph replays (launch overhead excluded) on the same device in one run, each case's "
+    "calls timed side by side in three rounds (the GPU slows as it heats); "
     "'TW' takes x row-major (M x K) and includes its transpose, 'TW-fm' takes x feature-major (K x M); "
     "the 'wgmma', 'wgmma.ws' and 'wgmma.rows' columns force the Hopper kernels on feature-major x, the 'gemv.mma' "
     "column the "
@@ -244,24 +245,27 @@ def run_case(
     row.update(dict.fromkeys([f"tw_fm_{kernel}_us" for kernel in forced] + ["emul_us"]))
     # At the decode sizes each timed call reads its weight from HBM (bench.common.Rotation), as in a model.
     row["cold_weights"] = m <= COLD_WEIGHTS_MAX_M
-    t_dense = time_into(row, "dense_us", Rotation(lambda w: finish(torch.matmul(x, w)), b, b.nbytes, m))
     packs = Rotation(lambda p: p.matmul(x, bias, activation), packed, packed.nbytes(), m)
-    t_tw = time_into(row, "tw_us", packs)
-    t_fm = time_into(row, "tw_fm_us", packs.sharing(lambda p: p.matmul_feature_major(xt, bias, activation)))
-    if m > 16:
-        time_into(row, "tw_fm_mma_sync_us", lambda: tw("mma.sync"))
-    t_forced = {
-        kernel: time_into(row, f"tw_fm_{kernel.replace('.', '_')}_us", lambda kernel=kernel: tw(kernel))
-        for kernel in hopper_kernels(m, granularity, packed.num_tiles) + gemv_kernels(m)
+    calls = {
+        "dense_us": Rotation(lambda w: finish(torch.matmul(x, w)), b, b.nbytes, m),
+        "tw_us": packs,
+        "tw_fm_us": packs.sharing(lambda p: p.matmul_feature_major(xt, bias, activation)),
+        "ideal_us": Rotation(lambda w: finish(torch.matmul(x_ideal, w)), b_ideal, b_ideal.nbytes, m),
     }
-    t_emul = None
+    if m > 16:
+        calls["tw_fm_mma_sync_us"] = lambda: tw("mma.sync")
+    forced_kernels = hopper_kernels(m, granularity, packed.num_tiles) + gemv_kernels(m)
+    for kernel in forced_kernels:
+        calls[f"tw_fm_{kernel.replace('.', '_')}_us"] = lambda kernel=kernel: tw(kernel)
     if gather:
         emul_bytes = packed.num_tiles * packed.max_tile_k * granularity * x.element_size()
-        rotation = Rotation(lambda run: finish(run(x)), gather, emul_bytes, m, lambda _: emulation(packed))
-        t_emul = time_into(row, "emul_us", rotation)
-    t_ideal = time_into(
-        row, "ideal_us", Rotation(lambda w: finish(torch.matmul(x_ideal, w)), b_ideal, b_ideal.nbytes, m)
-    )
+        calls["emul_us"] = Rotation(lambda run: finish(run(x)), gather, emul_bytes, m, lambda _: emulation(packed))
+    if sparsity == 0.5 and bias is None:  # torch's 2:4 has no fused epilogue to compare with
+        calls.update(semi24_call(row, x, b))
+    times = time_into(row, calls)
+    t_dense, t_tw, t_fm, t_ideal = (times[key] for key in ("dense_us", "tw_us", "tw_fm_us", "ideal_us"))
+    t_forced = {kernel: times[f"tw_fm_{kernel.replace('.', '_')}_us"] for kernel in forced_kernels}
+    t_emul = times.get("emul_us")
     kept_flops = 2.0 * m * float(mask.sum())
     row.update(
         {
@@ -284,8 +288,8 @@ def run_case(
     if profile_kernels:
         row["profile_fm"] = kernel_profile(tw)
         row["profile_row_major"] = kernel_profile(lambda: packed.matmul(x, bias, activation))
-    if sparsity == 0.5 and bias is None:  # torch's 2:4 has no fused epilogue to compare with
-        add_semi24(row, x, b, t_dense)
+    if "semi24_us" in row:
+        row["semi24_speedup"] = t_dense / row["semi24_us"]
     return row
 
 

@@ -1,4 +1,4 @@
-"""bench.common's timing helpers that need no GPU (CPU)."""
+"""bench.common's timing and result helpers (CPU, but for the timing of calls in turns on a GPU)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from bench.common import COLD_WEIGHTS_MAX_M, Rotation, exit_if_any_failed, finish_row, finish_sweep, worst_error
+from bench.common import (
+    COLD_WEIGHTS_MAX_M,
+    Rotation,
+    exit_if_any_failed,
+    finish_row,
+    finish_sweep,
+    time_in_turns,
+    worst_error,
+)
 
 
 def test_rotation_cycles_copies_that_fill_twice_the_l2() -> None:
@@ -85,3 +93,12 @@ def test_finish_sweep_writes_the_results_then_fails_on_a_failed_case(
     with pytest.raises(SystemExit, match="1 cases exceeded"):
         finish_sweep(tmp_path / "bad", [*passing, {"case": "b", "rel_err": 1.0, "passed": False}], columns, [])
     assert (tmp_path / "bad.json").exists()  # written before the failure ends the run
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_calls_timed_in_turns_report_device_time_per_call() -> None:
+    a = torch.randn(2048, 2048, device="cuda", dtype=torch.half)
+    timings = time_in_turns({"one": lambda: a @ a, "four": lambda: [a @ a for _ in range(4)]})
+    assert all(t.graphed for t in timings.values())
+    assert 3.0 < timings["four"].median_us / timings["one"].median_us < 5.0  # each batch's time over its own calls
