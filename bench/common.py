@@ -27,6 +27,7 @@ from sparseprune.export.timing import time_calls
 
 TOLERANCE = {torch.float16: 2e-3, torch.bfloat16: 1e-2}  # relative error vs the fp32 reference
 COLD_WEIGHTS_MAX_M = 16  # rows of x up to which a timed call reads its weights from HBM (the decode sizes)
+SETTLE_MS = 50.0  # untimed calls before each round of a call's timed ones (time_in_turns)
 W = TypeVar("W")
 
 
@@ -96,19 +97,23 @@ def batch_of_calls(fn: Callable[[], Any], warmup: int = 3) -> tuple[Callable[[],
     return batch, calls
 
 
-def time_in_turns(fns: Mapping[str, Callable[[], Any]], samples: int = 15, rounds: int = 3) -> dict[str, Timing]:
+def time_in_turns(
+    fns: Mapping[str, Callable[[], Any]], samples: int = 15, rounds: int = 3, settle_ms: float = SETTLE_MS
+) -> dict[str, Timing]:
     """Median device time of one call of each of `fns`, from CUDA events around replays of a CUDA graph of a batch
     of its calls (host launch overhead stays out; a batch that cannot be captured runs eagerly, `graphed` False).
 
-    The calls are timed side by side, `samples` batches each over `rounds` rounds
-    (`sparseprune.export.timing.time_calls`): a GPU slows as it heats under load, so calls timed one after another
-    compare different clocks. On an H200, dense 8192^3 took 1431 us when timed first in a process and 1632-1668 us
-    a moment later, and `auto` timed after dense and before a forced kernel read 7-11% slower than that same kernel
+    The calls are timed side by side, `samples` batches each over `rounds` rounds, each round's batches after
+    `settle_ms` of untimed ones (`sparseprune.export.timing.time_calls`). A GPU slows as it heats, so calls timed one
+    after another once each compare different clocks: on a warm H200, dense 8192^3 took 1431 us when timed first in a
+    process and 1632-1668 us a moment later. And its clocks follow its power draw with a lag, so a call timed right
+    after another runs at that one's clocks: a TW kernel ran 13% slower right after dense cuBLAS than on its own
     (bench/results/tw_h200_timing_turns.md).
     """
     batches = {name: batch_of_calls(fn) for name, fn in fns.items()}
     runs = {name: batch for name, (batch, _) in batches.items()}
-    timings = time_calls(runs, torch.device("cuda"), warmup=0, repeats=samples, rounds=min(rounds, samples))
+    cuda = torch.device("cuda")
+    timings = time_calls(runs, cuda, warmup=0, repeats=samples, rounds=min(rounds, samples), settle_ms=settle_ms)
     return {
         name: Timing(median_us=timings[name].median_ms * 1e3 / calls, graphed=timings[name].cuda_graph)
         for name, (_, calls) in batches.items()

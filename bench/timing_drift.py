@@ -3,8 +3,9 @@
 On one TW case (8192^3 by default, the benchmark's mask), a fresh process times dense cuBLAS, `auto` and the forced
 warp-specialized kernel (the same kernel `auto` runs there) one after another, as the benchmarks used to, for a
 few passes, reading the SM clock, temperature and power from nvidia-smi after each timing; then all three in turns
-(`bench.common.time_in_turns`, what the benchmarks now do). Where `auto` and the forced kernel differ one after
-another but not in turns, the difference is the drift, not the kernels.
+(`bench.common.time_in_turns`), each round of a call after one untimed batch, and after SETTLE_MS of them (what
+the benchmarks do). Where `auto` and the forced kernel, the same kernel, differ, the difference is the GPU's, and
+where a call is slower in turns than alone, it ran at the clocks of the call before it.
     python -m bench.timing_drift --out bench/results/tw_h200_timing_turns
 """
 
@@ -17,11 +18,11 @@ from typing import Any
 import torch
 
 from bench.common import (
+    SETTLE_MS,
     case_generator,
     markdown_table,
     require_kernels,
     sweep_parser,
-    time_cuda,
     time_in_turns,
     write_results,
 )
@@ -79,16 +80,20 @@ def main() -> None:
         calls = case_calls(shape, int(granularity), float(sparsity), args.seed)
         for step in range(args.passes):
             for name, fn in calls.items():
-                us = time_cuda(fn).median_us
+                us = time_in_turns({name: fn}, rounds=1, settle_ms=0.0)[name].median_us
                 rows.append({"case": case, "timing": "one after another", "step": step, "call": name, "us": us})
                 rows[-1].update(gpu_state())
-        for name, timing in time_in_turns(calls).items():
-            rows.append({"case": case, "timing": "in turns", "step": 0, "call": name, "us": timing.median_us})
-            rows[-1].update(gpu_state())
+        for timing, settle_ms in [
+            ("in turns, one untimed batch first", 0.0),
+            (f"in turns, {SETTLE_MS:g} ms settle", SETTLE_MS),
+        ]:
+            for name, result in time_in_turns(calls, settle_ms=settle_ms).items():
+                rows.append({"case": case, "timing": timing, "step": 0, "call": name, "us": result.median_us})
+                rows[-1].update(gpu_state())
     notes = [
         "Each 'one after another' line is one call's median over 15 timed batches, timed alone; the 'in turns' lines "
-        "time the three calls side by side in three rounds. x feature-major, fp16; the GPU's state is read after each "
-        "line's timing."
+        "time the three calls side by side in three rounds, each round of a call after one untimed batch or after "
+        f"{SETTLE_MS:g} ms of them. x feature-major, fp16; the GPU's state is read after each line's timing."
     ]
     if args.out:
         write_results(args.out, rows, COLUMNS, notes)

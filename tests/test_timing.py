@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from sparseprune.errors import UserError
+from sparseprune.export import timing
 from sparseprune.export.timing import capture_graph, time_call, time_calls
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -28,6 +29,15 @@ def test_calls_compared_are_timed_in_turn_in_rounds() -> None:
     assert set(timings) == {"dense", "sparse"} and all(t.repeats == 5 and not t.cuda_graph for t in timings.values())
     with pytest.raises(UserError, match="at least 1"):
         time_calls({"dense": lambda: None}, torch.device("cpu"), rounds=0)
+
+
+def test_each_round_of_a_call_starts_after_its_settle_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    order: list[str] = []
+    monkeypatch.setattr(timing, "_sample_ms", lambda run, device: (run(), 2.0)[1])  # every call takes 2 ms
+    time_calls({"dense": lambda: order.append("dense"), "sparse": lambda: order.append("sparse")},
+               torch.device("cpu"), warmup=0, repeats=4, rounds=2, settle_ms=5.0)  # fmt: skip
+    # per round, three untimed calls (6 ms >= 5) and two timed ones of each call in turn
+    assert order == (["dense"] * 5 + ["sparse"] * 5) * 2
 
 
 @pytest.mark.gpu

@@ -88,6 +88,14 @@ def _sample_ms(run: Callable[[], object], device: torch.device) -> float:
     return start.elapsed_time(end)
 
 
+def _settle(run: Callable[[], object], device: torch.device, settle_ms: float) -> None:
+    """Untimed calls of run, at least one and for at least settle_ms: the cache state its own repeats leave and, with
+    settle_ms, the GPU's clocks for this call rather than for the call before it."""
+    spent = _sample_ms(run, device)
+    while spent < settle_ms:
+        spent += _sample_ms(run, device)
+
+
 @torch.inference_mode()
 def time_calls(
     calls: Mapping[str, Callable[[], object]],
@@ -96,6 +104,7 @@ def time_calls(
     repeats: int = 30,
     cuda_graph: bool = True,
     rounds: int = 3,
+    settle_ms: float = 0.0,
 ) -> dict[str, Timing]:
     """Median, 10th and 90th percentile of `repeats` timed calls of each of `calls` after `warmup` untimed ones; on
     CUDA, with `cuda_graph`, of replays of one captured call (after one more untimed call that checks it never waits
@@ -104,9 +113,10 @@ def time_calls(
     A GPU's speed drifts over a run (an H200 ran the same BERT-base kernels 7% slower later in one run,
     bench/results/model_h200_bert_dense_once.md), so the models compared are timed side by side: in `rounds` rounds,
     each call's share of the repeats back to back after one untimed call, which leaves the caches as the call's own
-    repeats do. Alternating call by call slowed both VGG16 models at one image there, the sparse one by 16%, most
-    likely as each pass evicts the other model's data from L2
-    (bench/results/export_h200_vgg16_fmnist_tw75_timing_rounds.md).
+    repeats do, or after `settle_ms` of untimed calls: a GPU's clocks follow its power draw with a lag, and an H200
+    ran a TW kernel 13% slower right after dense cuBLAS than on its own (bench/results/tw_h200_timing_turns.md).
+    Alternating call by call slowed both VGG16 models at one image, the sparse one by 16%, most likely as each pass
+    evicts the other model's data from L2 (bench/results/export_h200_vgg16_fmnist_tw75_timing_rounds.md).
     """
     if rounds < 1:
         raise UserError(f"timing rounds must be at least 1, got {rounds}")
@@ -122,8 +132,8 @@ def time_calls(
     shares = [repeats // rounds + (r < repeats % rounds) for r in range(rounds)]
     for share in filter(None, shares):
         for name, (run, _) in runs.items():
-            if len(runs) > 1:
-                run()
+            if len(runs) > 1 or settle_ms > 0:
+                _settle(run, device, settle_ms)
             samples[name] += [_sample_ms(run, device) for _ in range(share)]
     return {
         name: Timing(statistics.median(ms), _quantile(ms, 0.1), _quantile(ms, 0.9), repeats, runs[name][1])
