@@ -104,11 +104,13 @@ def time_in_turns(
     of its calls (host launch overhead stays out; a batch that cannot be captured runs eagerly, `graphed` False).
 
     The calls are timed side by side, `samples` batches each over `rounds` rounds, each round's batches after
-    `settle_ms` of untimed ones (`sparseprune.export.timing.time_calls`). A GPU slows as it heats, so calls timed one
-    after another once each compare different clocks: on a warm H200, dense 8192^3 took 1431 us when timed first in a
-    process and 1632-1668 us a moment later. And its clocks follow its power draw with a lag, so a call timed right
-    after another runs at that one's clocks: a TW kernel ran 13% slower right after dense cuBLAS than on its own
-    (bench/results/tw_h200_timing_turns.md).
+    `settle_ms` of untimed ones (`sparseprune.export.timing.time_calls`), so that every call is timed in its own
+    steady state under sustained load. An H200's clocks follow its power draw with a lag
+    (bench/results/tw_h200_timing_turns.md, 8192^3): timed alone in short bursts, dense cuBLAS took 1446-1463 us and
+    TW at 30% 1318-1340; settled, 1644 and 1500 (the GPU at its power limit), the same ratio. Without the settling a
+    call runs at the clocks of the call before it: TW at 30% took 1449 us right after dense against 1284-1289 alone
+    (tw_h200_timing_turns_first.md), and where each call was timed once in a fixed order, `auto` read 5-15% slower
+    than the same kernel forced a moment later (tw_h200_full_68589f8_cube.md, tw_h200_full_68589f8_g64.md).
     """
     batches = {name: batch_of_calls(fn) for name, fn in fns.items()}
     runs = {name: batch for name, (batch, _) in batches.items()}

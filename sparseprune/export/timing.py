@@ -114,7 +114,8 @@ def time_calls(
     bench/results/model_h200_bert_dense_once.md), so the models compared are timed side by side: in `rounds` rounds,
     each call's share of the repeats back to back after one untimed call, which leaves the caches as the call's own
     repeats do, or after `settle_ms` of untimed calls: a GPU's clocks follow its power draw with a lag, and an H200
-    ran a TW kernel 13% slower right after dense cuBLAS than on its own (bench/results/tw_h200_timing_turns.md).
+    ran a TW kernel 13% slower right after dense cuBLAS than on its own
+    (bench/results/tw_h200_timing_turns_first.md).
     Alternating call by call slowed both VGG16 models at one image, the sparse one by 16%, most likely as each pass
     evicts the other model's data from L2 (bench/results/export_h200_vgg16_fmnist_tw75_timing_rounds.md).
     """
