@@ -109,8 +109,8 @@ def time_in_turns(
     (bench/results/tw_h200_timing_turns.md, 8192^3): timed alone in short bursts, dense cuBLAS took 1446-1463 us and
     TW at 30% 1318-1340; settled, 1644 and 1500 (the GPU at its power limit), the same ratio. Without the settling a
     call runs at the clocks of the call before it: TW at 30% took 1449 us right after dense against 1284-1289 alone
-    (tw_h200_timing_turns_first.md), and where each call was timed once in a fixed order, `auto` read 5-15% slower
-    than the same kernel forced a moment later (tw_h200_full_68589f8_cube.md, tw_h200_full_68589f8_g64.md).
+    (tw_h200_timing_turns_first.md), and where each call was timed once in a fixed order, `auto` read up to 15%
+    slower than the same kernel forced a moment later (tw_h200_full_68589f8_cube.md, tw_h200_full_68589f8_g64.md).
     """
     batches = {name: batch_of_calls(fn) for name, fn in fns.items()}
     runs = {name: batch for name, (batch, _) in batches.items()}

@@ -29,6 +29,8 @@ def test_calls_compared_are_timed_in_turn_in_rounds() -> None:
     assert set(timings) == {"dense", "sparse"} and all(t.repeats == 5 and not t.cuda_graph for t in timings.values())
     with pytest.raises(UserError, match="at least 1"):
         time_calls({"dense": lambda: None}, torch.device("cpu"), rounds=0)
+    with pytest.raises(UserError, match="at least 0 ms"):
+        time_calls({"dense": lambda: None}, torch.device("cpu"), settle_ms=-1.0)
 
 
 def test_each_round_of_a_call_starts_after_its_settle_time(monkeypatch: pytest.MonkeyPatch) -> None:

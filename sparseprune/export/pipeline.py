@@ -162,7 +162,8 @@ def export(cfg: DictConfig) -> dict[str, Any]:
         choice = fastest_choice(sparse, model, layer_times, lambda net: net.predict_batch(timed_batch), layer_ms)
         twins["fastest"] = choice.twin
     timings = time_calls({name: lambda net=net: net.predict_batch(timed_batch) for name, net in twins.items()},
-                         device, cfg.warmup, cfg.repeats, cfg.cuda_graph, cfg.timing_rounds)  # fmt: skip
+                         device, cfg.warmup, cfg.repeats, cfg.cuda_graph, cfg.timing_rounds,
+                         cfg.timing_settle_ms)  # fmt: skip
     dense_time, sparse_time = timings["dense"], timings["sparse"]
     report = {
         "checkpoint": str(ckpt),

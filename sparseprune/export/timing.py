@@ -121,6 +121,8 @@ def time_calls(
     """
     if rounds < 1:
         raise UserError(f"timing rounds must be at least 1, got {rounds}")
+    if settle_ms < 0:
+        raise UserError(f"timing settle time must be at least 0 ms, got {settle_ms}")
     runs = {}
     for name, fn in calls.items():
         for _ in range(warmup):
