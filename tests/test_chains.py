@@ -109,9 +109,9 @@ def test_fastest_choice_times_a_sparse_layer_again_when_its_input_storage_change
                for name in names}  # fmt: skip
     timed = []
 
-    def time_ms(fn) -> float:  # time_layers times the dense layer, then the sparse one: the sparse one now loses
-        timed.append(fn())
-        return 1.0 if len(timed) % 2 else 3.0
+    def time_ms(calls: dict) -> dict[str, float]:  # timed again, each sparse FFN out now loses
+        timed.extend(fn() for fn in calls.values())
+        return {"dense": 1.0, "sparse": 3.0}
 
     def consumer_inputs_feature_major(net: nn.Module) -> list[bool]:
         inputs = first_inputs(net, consumers, lambda: run(net, ids))
@@ -132,5 +132,5 @@ def test_fastest_choice_keeps_the_first_choice_where_no_input_changes() -> None:
     query = "encoder.layer.0.attention.self.query"
     timings = {name: LayerTiming(1, (2, 9, 64), 1.0, 2.0 if name == query else 0.5)
                for name in swapped_modules(weights, packed)}  # fmt: skip
-    choice = fastest_choice(sparse, model, timings, lambda net: run(net, ids), lambda fn: pytest.fail("timed again"))
+    choice = fastest_choice(sparse, model, timings, lambda net: run(net, ids), lambda calls: pytest.fail("timed again"))
     assert choice.dense_layers == [query] and choice.retimed == {}

@@ -18,7 +18,7 @@ from sparseprune.export.layer_choice import (
     time_layers,
 )
 from sparseprune.export.swap import with_dense_layers
-from sparseprune.export.timing import time_call
+from sparseprune.export.timing import time_calls
 
 
 class Twice(nn.Module):
@@ -70,9 +70,9 @@ def test_time_layers_times_both_twins_on_the_same_recorded_input() -> None:
     twin.load_state_dict(dense.state_dict())
     timed: list[object] = []
 
-    def time_ms(fn) -> float:
-        timed.append(fn())
-        return time_call(fn, torch.device("cpu"), 0, 2).median_ms
+    def time_ms(calls: dict) -> dict[str, float]:
+        timed.extend(fn() for fn in calls.values())
+        return {name: t.median_ms for name, t in time_calls(calls, torch.device("cpu"), 0, 2).items()}
 
     timings = time_layers(dense, twin, ["first", "shared"], lambda: twin(x), time_ms)
     assert timings["first"].input_shape == (5, 4) and timings["shared"].input_shape == (5, 6)
@@ -119,7 +119,12 @@ def test_fastest_choice_times_again_only_inputs_stored_differently(images: int) 
     x = torch.randn(images, 3, 8, 8)
     timings = {"0": LayerTiming(1, (images, 3, 8, 8), 1.0, 2.0), "1": LayerTiming(1, (images, 4, 6, 6), 2.0, 1.0)}
     timed = []
-    choice = fastest_choice(sparse, dense, timings, lambda net: net(x), lambda fn: timed.append(fn()) or 1.5)
+
+    def time_ms(calls: dict) -> dict[str, float]:
+        timed.extend(fn() for fn in calls.values())
+        return dict.fromkeys(calls, 1.5)
+
+    choice = fastest_choice(sparse, dense, timings, lambda net: net(x), time_ms)
     assert choice.dense_layers == ["0"]
     # layer 1's input, channel-major behind the sparse layer 0, is NCHW behind the dense one: the same bytes for one
     # image, whose batch stride moves nothing

@@ -9,7 +9,7 @@ of the sparse layer (the pruned weights are zeros), only its time differs.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 import torch
@@ -17,6 +17,10 @@ from torch import nn
 
 from sparseprune.export.swap import with_dense_layers
 from sparseprune.progress import progress
+
+# Milliseconds per call of each of the named calls, timed side by side (`timing.time_calls`, so that both run under
+# the same drift of the GPU's clocks).
+TimeCalls = Callable[[Mapping[str, Callable[[], object]]], Mapping[str, float]]
 
 LAYER_CHOICES = ("sparse", "fastest")  # every swapped layer on its sparse kernel, or each on the faster of the two
 
@@ -68,10 +72,10 @@ def time_layers(
     sparse: nn.Module,
     names: Iterable[str],
     forward: Callable[[], object],
-    time_ms: Callable[[Callable[[], object]], float],
+    time_ms: TimeCalls,
 ) -> dict[str, LayerTiming]:
-    """Each named layer of `sparse` and its namesake in `dense`, timed by `time_ms` (milliseconds per call) on the
-    input `forward()` (a pass of `sparse`) gives it. Each output is made contiguous within the timed call, as a dense
+    """Each named layer of `sparse` and its namesake in `dense`, timed side by side by `time_ms` on the input
+    `forward()` (a pass of `sparse`) gives it. Each output is made contiguous within the timed call, as a dense
     layer after it would need it: a sparse convolution over several images leaves its output as a transposed view
     (H200, VGG16 at eight images: chosen by times without that copy, the model ran at 0.91-0.98x dense; with it, at
     0.99-1.02x). A sparse layer that hands the next one its feature-major output (`feature_major_out`) is timed
@@ -79,12 +83,13 @@ def time_layers(
     timings = {}
     for name, (x, calls) in progress(first_inputs(sparse, names, forward).items(), "timing layers"):
         dense_layer, sparse_layer = dense.get_submodule(name), sparse.get_submodule(name)
-        timings[name] = LayerTiming(
-            calls=calls,
-            input_shape=tuple(x.shape),
-            dense_ms=time_ms(lambda layer=dense_layer, x=x: layer(x).contiguous()),
-            sparse_ms=time_ms(lambda layer=sparse_layer, x=x: as_consumed(layer, layer(x))),
+        ms = time_ms(
+            {
+                "dense": lambda layer=dense_layer, x=x: layer(x).contiguous(),
+                "sparse": lambda layer=sparse_layer, x=x: as_consumed(layer, layer(x)),
+            }
         )
+        timings[name] = LayerTiming(calls, tuple(x.shape), dense_ms=ms["dense"], sparse_ms=ms["sparse"])
     return timings
 
 
@@ -129,7 +134,7 @@ def fastest_choice(
     dense: nn.Module,
     timings: dict[str, LayerTiming],
     forward_of: Callable[[nn.Module], object],
-    time_ms: Callable[[Callable[[], object]], float],
+    time_ms: TimeCalls,
 ) -> LayerChoice:
     """The "fastest" twin for `timings` (each layer timed in the all-sparse twin, `time_layers`), checked once more.
 

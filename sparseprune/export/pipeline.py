@@ -6,7 +6,7 @@ import contextlib
 import copy
 import json
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -26,7 +26,7 @@ from sparseprune.export.formats.base import PackedWeight
 from sparseprune.export.layer_choice import LAYER_CHOICES, fastest_choice, time_layers
 from sparseprune.export.packing import pack_layer
 from sparseprune.export.swap import sparsify, swapped_modules, unpacked_layers
-from sparseprune.export.timing import time_call, time_calls
+from sparseprune.export.timing import time_calls
 from sparseprune.gemm_view import PrunableWeight, find_prunable, to_gemm
 from sparseprune.masking import MaskedWeights
 from sparseprune.progress import progress
@@ -152,8 +152,10 @@ def export(cfg: DictConfig) -> dict[str, Any]:
     timed_batch = to_dtype(batch, dtype)
     timed_error = check_outputs(model, sparse, timed_batch)
 
-    def layer_ms(fn: Callable[[], object]) -> float:
-        return time_call(fn, device, cfg.warmup, cfg.repeats, cfg.cuda_graph).median_ms
+    def layer_ms(calls: Mapping[str, Callable[[], object]]) -> dict[str, float]:
+        timings = time_calls(calls, device, cfg.warmup, cfg.repeats, cfg.cuda_graph, cfg.timing_rounds,
+                             cfg.timing_settle_ms)  # fmt: skip
+        return {name: timing.median_ms for name, timing in timings.items()}
 
     swapped = swapped_modules(weights, packed)
     layer_times = time_layers(model, sparse, swapped, lambda: sparse.predict_batch(timed_batch), layer_ms)
