@@ -95,7 +95,13 @@ Tile resolve_tile(const Problem& p) {
   // wide tile's 1.17x over cuBLAS) and loses badly on narrow ones (VGG16 conv4, 512 features: 0.57x against 0.96x).
   // With a short K each tile runs a few K steps, and ping-pong hides one warpgroup's epilogue under the other's MMAs
   // (H200, bench/results/sp24_h200_tiles.md: BERT QKV, K = 768, 1.03x against the wide tile's 0.93x); with a long
-  // K the cooperative tiles win (BERT FFN out, K = 3072: 0.90x against 1.01x).
+  // K the cooperative tiles win (BERT FFN out, K = 3072: 0.90x against 1.01x). Where a few hundred rows of x or few
+  // output features leave the cooperative tiles (256 x 128) on at most half the SMs, the ping-pong tile's twice as
+  // many tiles fill more of them: over nmSPARSE's operator shapes on an H200 (bench/results/nm_h200_nmsparse_shapes.md)
+  // 1.25-1.69x faster than the tile the rule above took, at M = 256 and at M = 1024 with 1024 features. At one block
+  // of rows (decode) the tall tile stays: the ping-pong tile was 1-4% slower there (sp24_h200.md, sp24_h200_turns.md).
+  const int64_t cooperative_tiles = (p.N + 255) / 256 * ((p.M + 127) / 128);
+  if (p.M > 128 && 2 * cooperative_tiles <= p.num_sms) return Tile::kPingpong;
   if (p.N >= kTallMinN) return Tile::kTall;
   return p.K <= kPingpongMaxK ? Tile::kPingpong : Tile::kWide;
 }
