@@ -27,7 +27,7 @@ from sparseprune.export.timing import time_calls
 
 TOLERANCE = {torch.float16: 2e-3, torch.bfloat16: 1e-2}  # relative error vs the fp32 reference
 COLD_WEIGHTS_MAX_M = 16  # rows of x up to which a timed call reads its weights from HBM (the decode sizes)
-SETTLE_MS = 50.0  # untimed calls before each round of a call's timed ones (time_in_turns)
+IDLE_MS = 50.0  # the GPU idles this long before each round of a call's timed batches (time_in_turns)
 W = TypeVar("W")
 
 
@@ -98,24 +98,30 @@ def batch_of_calls(fn: Callable[[], Any], warmup: int = 3) -> tuple[Callable[[],
 
 
 def time_in_turns(
-    fns: Mapping[str, Callable[[], Any]], samples: int = 15, rounds: int = 3, settle_ms: float = SETTLE_MS
+    fns: Mapping[str, Callable[[], Any]],
+    samples: int = 15,
+    rounds: int = 3,
+    settle_ms: float = 0.0,
+    idle_ms: float = IDLE_MS,
 ) -> dict[str, Timing]:
     """Median device time of one call of each of `fns`, from CUDA events around replays of a CUDA graph of a batch
     of its calls (host launch overhead stays out; a batch that cannot be captured runs eagerly, `graphed` False).
 
-    The calls are timed side by side, `samples` batches each over `rounds` rounds, each round's batches after
-    `settle_ms` of untimed ones (`sparseprune.export.timing.time_calls`), so that every call is timed in its own
-    steady state under sustained load. An H200's clocks follow its power draw with a lag
-    (bench/results/tw_h200_timing_turns.md, 8192^3): timed alone in short bursts, dense cuBLAS took 1446-1463 us and
-    TW at 30% 1318-1340; settled, 1644 and 1500 (the GPU at its power limit), the same ratio. Without the settling a
-    call runs at the clocks of the call before it: TW at 30% took 1449 us right after dense against 1284-1289 alone
-    (tw_h200_timing_turns_first.md), and where each call was timed once in a fixed order, `auto` read up to 15%
-    slower than the same kernel forced a moment later (tw_h200_full_68589f8_cube.md, tw_h200_full_68589f8_g64.md).
+    The calls are timed side by side, `samples` batches each over `rounds` rounds, each round of a call after
+    `idle_ms` of an idle GPU and one untimed batch (or `settle_ms` of them; `sparseprune.export.timing.time_calls`).
+    An H200's clocks follow its power draw with a lag of over 50 ms (bench/results/tw_h200_timing_turns.md): a call
+    timed right after a power-hungry one runs at that one's clocks, and calls kept busy for tens of milliseconds
+    throttle. Timed in turns with one untimed batch each, dense 8192^3 took 1630 us against 1446-1463 alone; after
+    50 ms of untimed calls each, the call timed right after dense cuBLAS ran up to 13% slower than the same call
+    timed later (bench/results/tw_h200_timing_positions.md). After 50 ms idle each call starts from the same state:
+    the same call under three names then reads within 0.5%, and repeated runs of a case within 1%.
     """
     batches = {name: batch_of_calls(fn) for name, fn in fns.items()}
     runs = {name: batch for name, (batch, _) in batches.items()}
     cuda = torch.device("cuda")
-    timings = time_calls(runs, cuda, warmup=0, repeats=samples, rounds=min(rounds, samples), settle_ms=settle_ms)
+    timings = time_calls(
+        runs, cuda, warmup=0, repeats=samples, rounds=min(rounds, samples), settle_ms=settle_ms, idle_ms=idle_ms
+    )
     return {
         name: Timing(median_us=timings[name].median_ms * 1e3 / calls, graphed=timings[name].cuda_graph)
         for name, (_, calls) in batches.items()

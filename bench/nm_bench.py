@@ -48,8 +48,8 @@ log = logging.getLogger("nm_bench")
 
 LEGEND = (
     "Times are medians of CUDA-graph replays (launch overhead excluded) on the same device in one run, each case's "
-    "calls timed side by side in three rounds, each round after 50 ms of its untimed calls (every call in its own "
-    "steady state under sustained load: the GPU's clocks follow its power draw). "
+    "calls timed side by side in three rounds, each round of a call after 50 ms of an idle GPU and one untimed batch "
+    "(every call from the same state: the GPU's clocks follow its power draw with a lag). "
     "'N:M' takes x row-major through PackedNM.matmul (kernel: simt = CUDA-core SpMV/SpMM, tw = TW tensor-core "
     "kernel on the repacked weight, with its transpose of x); 'TW-fm' gives the TW route x feature-major, and from "
     "17 rows up to 1024 also forced to the tensor-core GEMV ('gemv.mma') and to the warp-specialized kernel "

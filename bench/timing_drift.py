@@ -1,11 +1,12 @@
-"""How a GPU's speed drifts within one benchmark process, and what timing calls in turns does about it.
+"""How a GPU's speed drifts within one benchmark process, and how the benchmarks time calls side by side.
 
-On one TW case (8192^3 by default, the benchmark's mask), a fresh process times dense cuBLAS, `auto` and the forced
-warp-specialized kernel (the same kernel `auto` runs there) one after another, as the benchmarks used to, for a
-few passes, reading the SM clock, temperature and power from nvidia-smi after each timing; then all three in turns
-(`bench.common.time_in_turns`), each round of a call after one untimed batch, and after SETTLE_MS of them (what
-the benchmarks do). Where `auto` and the forced kernel, the same kernel, differ, the difference is the GPU's, and
-where a call is slower in turns than alone, it ran at the clocks of the call before it.
+On one TW case (8192^3 by default, the benchmark's mask), a fresh process times dense cuBLAS, `auto`, the forced
+warp-specialized kernel (the kernel `auto` runs there) and `auto` once more under another name: one after another,
+as the benchmarks used to, for a few passes, reading the SM clock, temperature and power from nvidia-smi after each
+timing; then all four in turns (`bench.common.time_in_turns`) three ways: each round of a call after one untimed
+batch, after 50 ms of untimed batches, and after 50 ms of an idle GPU and one untimed batch (what the benchmarks do).
+The three names of one kernel should read alike; where they do not, the difference is the GPU's state, which the
+call before left.
     python -m bench.timing_drift --out bench/results/tw_h200_timing_turns
 """
 
@@ -18,7 +19,7 @@ from typing import Any
 import torch
 
 from bench.common import (
-    SETTLE_MS,
+    IDLE_MS,
     case_generator,
     markdown_table,
     require_kernels,
@@ -53,7 +54,8 @@ def gpu_state() -> dict[str, Any]:
 
 
 def case_calls(shape: str, granularity: int, sparsity: float, seed: int) -> dict[str, Any]:
-    """Dense cuBLAS, `auto` and the forced wgmma.ws on the benchmark's inputs for one case, x feature-major."""
+    """Dense cuBLAS, `auto`, the forced wgmma.ws and `auto` again on the benchmark's inputs for one case, x
+    feature-major."""
     m, k, n = SHAPES[shape]
     gen = case_generator(seed, shape, granularity, sparsity)
     mask = bench_tw_mask(k, n, granularity, sparsity, gen).cuda()
@@ -65,6 +67,7 @@ def case_calls(shape: str, granularity: int, sparsity: float, seed: int) -> dict
         "dense": lambda: x @ b,
         "auto": lambda: packed.matmul_feature_major(xt),
         "wgmma.ws": lambda: packed.matmul_feature_major(xt, kernel="wgmma.ws"),
+        "auto, timed last": lambda: packed.matmul_feature_major(xt),
     }
 
 
@@ -83,17 +86,18 @@ def main() -> None:
                 us = time_in_turns({name: fn}, rounds=1, settle_ms=0.0)[name].median_us
                 rows.append({"case": case, "timing": "one after another", "step": step, "call": name, "us": us})
                 rows[-1].update(gpu_state())
-        for timing, settle_ms in [
-            ("in turns, one untimed batch first", 0.0),
-            (f"in turns, {SETTLE_MS:g} ms settle", SETTLE_MS),
+        for timing, settle_ms, idle_ms in [
+            ("in turns, one untimed batch first", 0.0, 0.0),
+            ("in turns, 50 ms of untimed batches first", 50.0, 0.0),
+            (f"in turns, {IDLE_MS:g} ms idle and one untimed batch first", 0.0, IDLE_MS),
         ]:
-            for name, result in time_in_turns(calls, settle_ms=settle_ms).items():
+            for name, result in time_in_turns(calls, settle_ms=settle_ms, idle_ms=idle_ms).items():
                 rows.append({"case": case, "timing": timing, "step": 0, "call": name, "us": result.median_us})
                 rows[-1].update(gpu_state())
     notes = [
         "Each 'one after another' line is one call's median over 15 timed batches, timed alone; the 'in turns' lines "
-        "time the three calls side by side in three rounds, each round of a call after one untimed batch or after "
-        f"{SETTLE_MS:g} ms of them. x feature-major, fp16; the GPU's state is read after each line's timing."
+        "time the four calls side by side in three rounds. 'auto, timed last' is `auto` again. x feature-major, fp16; "
+        "the GPU's state is read after each line's timing."
     ]
     if args.out:
         write_results(args.out, rows, COLUMNS, notes)

@@ -52,8 +52,8 @@ GEMV_FORCED_MAX_M = 1024  # rows up to which each case also times the tensor-cor
 EPILOGUES: dict[str, str | None] = {"none": None, "bias": None, "bias-relu": "relu", "bias-gelu": "gelu"}
 LEGEND = (
     "Times are medians of CUDA-graph replays (launch overhead excluded) on the same device in one run, each case's "
-    "calls timed side by side in three rounds, each round after 50 ms of its untimed calls (every call in its own "
-    "steady state under sustained load: the GPU's clocks follow its power draw); "
+    "calls timed side by side in three rounds, each round of a call after 50 ms of an idle GPU and one untimed batch "
+    "(every call from the same state: the GPU's clocks follow its power draw with a lag); "
     "'TW' takes x row-major (M x K) and includes its transpose, 'TW-fm' takes x feature-major (K x M); "
     "the 'wgmma', 'wgmma.ws' and 'wgmma.rows' columns force the Hopper kernels on feature-major x, the 'gemv.mma' "
     "column the "

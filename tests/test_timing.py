@@ -31,6 +31,17 @@ def test_calls_compared_are_timed_in_turn_in_rounds() -> None:
         time_calls({"dense": lambda: None}, torch.device("cpu"), rounds=0)
     with pytest.raises(UserError, match="at least 0 ms"):
         time_calls({"dense": lambda: None}, torch.device("cpu"), settle_ms=-1.0)
+    with pytest.raises(UserError, match="at least 0 ms"):
+        time_calls({"dense": lambda: None}, torch.device("cpu"), idle_ms=-1.0)
+
+
+def test_each_round_of_a_call_starts_after_the_idle_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    order: list[str] = []
+    monkeypatch.setattr(timing.time, "sleep", lambda seconds: order.append(f"idle {seconds * 1000:g} ms"))
+    time_calls({"dense": lambda: order.append("dense"), "sparse": lambda: order.append("sparse")},
+               torch.device("cpu"), warmup=0, repeats=2, rounds=2, idle_ms=50.0)  # fmt: skip
+    # per round and call: the idle time, one untimed call, then its one timed call
+    assert order == ["idle 50 ms", "dense", "dense", "idle 50 ms", "sparse", "sparse"] * 2
 
 
 def test_each_round_of_a_call_starts_after_its_settle_time(monkeypatch: pytest.MonkeyPatch) -> None:

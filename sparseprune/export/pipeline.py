@@ -154,7 +154,7 @@ def export(cfg: DictConfig) -> dict[str, Any]:
 
     def layer_ms(calls: Mapping[str, Callable[[], object]]) -> dict[str, float]:
         timings = time_calls(calls, device, cfg.warmup, cfg.repeats, cfg.cuda_graph, cfg.timing_rounds,
-                             cfg.timing_settle_ms)  # fmt: skip
+                             idle_ms=cfg.timing_idle_ms)  # fmt: skip
         return {name: timing.median_ms for name, timing in timings.items()}
 
     swapped = swapped_modules(weights, packed)
@@ -165,7 +165,7 @@ def export(cfg: DictConfig) -> dict[str, Any]:
         twins["fastest"] = choice.twin
     timings = time_calls({name: lambda net=net: net.predict_batch(timed_batch) for name, net in twins.items()},
                          device, cfg.warmup, cfg.repeats, cfg.cuda_graph, cfg.timing_rounds,
-                         cfg.timing_settle_ms)  # fmt: skip
+                         idle_ms=cfg.timing_idle_ms)  # fmt: skip
     dense_time, sparse_time = timings["dense"], timings["sparse"]
     report = {
         "checkpoint": str(ckpt),

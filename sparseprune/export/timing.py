@@ -96,6 +96,13 @@ def _settle(run: Callable[[], object], device: torch.device, settle_ms: float) -
         spent += _sample_ms(run, device)
 
 
+def _idle(device: torch.device, idle_ms: float) -> None:
+    """The device idle for idle_ms after its queued work."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    time.sleep(idle_ms / 1000.0)
+
+
 @torch.inference_mode()
 def time_calls(
     calls: Mapping[str, Callable[[], object]],
@@ -105,6 +112,7 @@ def time_calls(
     cuda_graph: bool = True,
     rounds: int = 3,
     settle_ms: float = 0.0,
+    idle_ms: float = 0.0,
 ) -> dict[str, Timing]:
     """Median, 10th and 90th percentile of `repeats` timed calls of each of `calls` after `warmup` untimed ones; on
     CUDA, with `cuda_graph`, of replays of one captured call (after one more untimed call that checks it never waits
@@ -113,16 +121,18 @@ def time_calls(
     A GPU's speed drifts over a run (an H200 ran the same BERT-base kernels 7% slower later in one run,
     bench/results/model_h200_bert_dense_once.md), so the models compared are timed side by side: in `rounds` rounds,
     each call's share of the repeats back to back after one untimed call, which leaves the caches as the call's own
-    repeats do, or after `settle_ms` of untimed calls: a GPU's clocks follow its power draw with a lag, and an H200
-    ran a TW kernel 13% slower right after dense cuBLAS than on its own
-    (bench/results/tw_h200_timing_turns_first.md).
+    repeats do (or after `settle_ms` of them), and after `idle_ms` of an idle device: a GPU's clocks follow its power
+    draw with a lag of over 50 ms, so a call timed right after a power-hungry one runs at that one's clocks. On an
+    H200 the call right after dense cuBLAS read up to 13% slower than the same call timed later, even after 50 ms of
+    its own untimed calls; after 50 ms idle, the same call under three names read alike
+    (bench/results/tw_h200_timing_turns.md).
     Alternating call by call slowed both VGG16 models at one image, the sparse one by 16%, most likely as each pass
     evicts the other model's data from L2 (bench/results/export_h200_vgg16_fmnist_tw75_timing_rounds.md).
     """
     if rounds < 1:
         raise UserError(f"timing rounds must be at least 1, got {rounds}")
-    if settle_ms < 0:
-        raise UserError(f"timing settle time must be at least 0 ms, got {settle_ms}")
+    if settle_ms < 0 or idle_ms < 0:
+        raise UserError(f"timing settle and idle times must be at least 0 ms, got {settle_ms} and {idle_ms}")
     runs = {}
     for name, fn in calls.items():
         for _ in range(warmup):
@@ -135,6 +145,8 @@ def time_calls(
     shares = [repeats // rounds + (r < repeats % rounds) for r in range(rounds)]
     for share in filter(None, shares):
         for name, (run, _) in runs.items():
+            if idle_ms > 0:
+                _idle(device, idle_ms)
             if len(runs) > 1 or settle_ms > 0:
                 _settle(run, device, settle_ms)
             samples[name] += [_sample_ms(run, device) for _ in range(share)]
