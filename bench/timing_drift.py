@@ -1,13 +1,15 @@
 """How a GPU's speed drifts within one benchmark process, and how the benchmarks time calls side by side.
 
-On one TW case (8192^3 by default, the benchmark's mask), a fresh process times dense cuBLAS, `auto`, the forced
-warp-specialized kernel (the kernel `auto` runs there) and `auto` once more under another name: one after another,
-as the benchmarks used to, for a few passes, reading the SM clock, temperature and power from nvidia-smi after each
-timing; then all four in turns (`bench.common.time_in_turns`) three ways: each round of a call after one untimed
-batch, after 50 ms of untimed batches, and after 50 ms of an idle GPU and one untimed batch (what the benchmarks do).
-The three names of one kernel should read alike; where they do not, the difference is the GPU's state, which the
-call before left.
+On one TW case (8192^3 by default, the benchmark's mask) or a 2:4 weight, a fresh process times dense cuBLAS,
+`auto`, the forced kernel `auto` runs there (wgmma.ws; the sp24 route) and `auto` once more under another name: one
+after another, as the benchmarks used to, for a few passes, reading the SM clock, temperature and power from
+nvidia-smi after each timing; then all four in turns (`bench.common.time_in_turns`) three ways: each round of a call
+after one untimed batch, after 50 ms of untimed batches, and after 50 ms of an idle GPU and one untimed batch (what
+the benchmarks do). The three names of one kernel should read alike; where they do not, the difference is the GPU's
+state, which the call before left.
     python -m bench.timing_drift --out bench/results/tw_h200_timing_turns
+    python -m bench.timing_drift --cases 2:4@256x8192x4096 2:4@256x4096x4096 --passes 1 \
+        --out bench/results/sp24_h200_timing_positions
 """
 
 from __future__ import annotations
@@ -27,7 +29,9 @@ from bench.common import (
     time_in_turns,
     write_results,
 )
+from bench.nm_bench import random_nm_mask
 from bench.tw_bench import SHAPES, bench_tw_mask
+from sparseprune.export.formats.nm import nm_matmul, pack_nm
 from sparseprune.export.formats.tw import pack_tw
 
 COLUMNS = [
@@ -53,15 +57,13 @@ def gpu_state() -> dict[str, Any]:
     return {"sm_mhz": clock, "temp_c": temp, "power_w": power}
 
 
-def case_calls(shape: str, granularity: int, sparsity: float, seed: int) -> dict[str, Any]:
-    """Dense cuBLAS, `auto`, the forced wgmma.ws and `auto` again on the benchmark's inputs for one case, x
+def tw_calls(shape: str, granularity: int, sparsity: float, seed: int) -> dict[str, Any]:
+    """Dense cuBLAS, `auto`, the forced wgmma.ws and `auto` again on the TW benchmark's inputs for one case, x
     feature-major."""
     m, k, n = SHAPES[shape]
     gen = case_generator(seed, shape, granularity, sparsity)
     mask = bench_tw_mask(k, n, granularity, sparsity, gen).cuda()
-    cuda_gen = torch.Generator(device="cuda").manual_seed(int(torch.randint(1 << 30, (1,), generator=gen)))
-    b = (torch.randn(k, n, generator=cuda_gen, device="cuda") / math.sqrt(k)).half()
-    x = torch.randn(m, k, generator=cuda_gen, device="cuda").half()
+    b, x = weight_and_x(m, k, n, gen)
     packed, xt = pack_tw(b, mask, granularity), x.t().contiguous()
     return {
         "dense": lambda: x @ b,
@@ -71,16 +73,48 @@ def case_calls(shape: str, granularity: int, sparsity: float, seed: int) -> dict
     }
 
 
+def sp24_calls(m: int, k: int, n: int, seed: int) -> dict[str, Any]:
+    """Dense cuBLAS, `auto`, the forced 2:4 route (the route `auto` takes) and `auto` again for a random 2:4 weight."""
+    gen = case_generator(seed, "2:4", m, k, n)
+    mask_gen = torch.Generator(device="cuda").manual_seed(int(torch.randint(1 << 30, (1,), generator=gen)))
+    mask = random_nm_mask(k, n, 2, 4, 1, mask_gen)
+    b, x = weight_and_x(m, k, n, gen)
+    packed = pack_nm(b, mask, 4)
+    return {
+        "dense": lambda: x @ b,
+        "auto": lambda: nm_matmul(x, packed),
+        "sp24": lambda: nm_matmul(x, packed, kernel="sp24"),
+        "auto, timed last": lambda: nm_matmul(x, packed),
+    }
+
+
+def weight_and_x(m: int, k: int, n: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """A random fp16 weight B (K x N) and x (M x K) on the GPU, drawn from a seed that `gen` gives."""
+    cuda_gen = torch.Generator(device="cuda").manual_seed(int(torch.randint(1 << 30, (1,), generator=gen)))
+    b = (torch.randn(k, n, generator=cuda_gen, device="cuda") / math.sqrt(k)).half()
+    return b, torch.randn(m, k, generator=cuda_gen, device="cuda").half()
+
+
+def case_calls(case: str, seed: int) -> dict[str, Any]:
+    """A case's calls: 'shape:G:sparsity' for TW on the benchmark's shapes, '2:4@MxKxN' for a 2:4 weight."""
+    if case.startswith("2:4@"):
+        m, k, n = (int(v) for v in case.removeprefix("2:4@").split("x"))
+        return sp24_calls(m, k, n, seed)
+    shape, granularity, sparsity = case.split(":")
+    return tw_calls(shape, int(granularity), float(sparsity), seed)
+
+
 def main() -> None:
     parser = sweep_parser(__doc__.splitlines()[0])
-    parser.add_argument("--cases", nargs="+", default=["cube_8192:128:0.3", "cube_8192:128:0.75"])
+    parser.add_argument(
+        "--cases", nargs="+", default=["cube_8192:128:0.3", "cube_8192:128:0.75"], help="shape:G:sparsity or 2:4@MxKxN"
+    )
     parser.add_argument("--passes", type=int, default=3, help="passes of the calls one after another")
     args = parser.parse_args()
     require_kernels("timing_drift")
     rows: list[dict[str, Any]] = []
     for case in args.cases:
-        shape, granularity, sparsity = case.split(":")
-        calls = case_calls(shape, int(granularity), float(sparsity), args.seed)
+        calls = case_calls(case, args.seed)
         for step in range(args.passes):
             for name, fn in calls.items():
                 us = time_in_turns({name: fn}, rounds=1, settle_ms=0.0)[name].median_us
