@@ -109,12 +109,12 @@ def time_in_turns(
 
     The calls are timed side by side, `samples` batches each over `rounds` rounds, each round of a call after
     `idle_ms` of an idle GPU and one untimed batch (or `settle_ms` of them; `sparseprune.export.timing.time_calls`).
-    An H200's clocks follow its power draw with a lag of over 50 ms (bench/results/tw_h200_timing_turns.md): a call
-    timed right after a power-hungry one runs at that one's clocks, and calls kept busy for tens of milliseconds
-    throttle. Timed in turns with one untimed batch each, dense 8192^3 took 1630 us against 1446-1463 alone; after
-    50 ms of untimed calls each, the call timed right after dense cuBLAS ran up to 13% slower than the same call
-    timed later (bench/results/tw_h200_timing_positions.md). After 50 ms idle each call starts from the same state:
-    the same call under three names then reads within 0.5%, and repeated runs of a case within 1%.
+    An H200's clocks follow its power draw with a lag of over 50 ms: a call timed right after a power-hungry one runs
+    at that one's clocks, and calls kept busy for tens of milliseconds throttle. Timed in turns with one untimed batch
+    each, dense 8192^3 took 1647 us against 1443-1456 alone (bench/results/tw_h200_timing_turns.md); after 50 ms of
+    untimed calls each, a 2:4 GEMM timed right after dense cuBLAS read 40.3 us against 37.3 for the same call timed
+    later (sp24_h200_timing_positions.md). After 50 ms idle each call starts from the same state: the same kernel
+    under three names reads within 1%, and every call as it does alone.
     """
     batches = {name: batch_of_calls(fn) for name, fn in fns.items()}
     runs = {name: batch for name, (batch, _) in batches.items()}

@@ -123,9 +123,9 @@ def time_calls(
     each call's share of the repeats back to back after one untimed call, which leaves the caches as the call's own
     repeats do (or after `settle_ms` of them), and after `idle_ms` of an idle device: a GPU's clocks follow its power
     draw with a lag of over 50 ms, so a call timed right after a power-hungry one runs at that one's clocks. On an
-    H200 the call right after dense cuBLAS read up to 13% slower than the same call timed later, even after 50 ms of
-    its own untimed calls; after 50 ms idle, the same call under three names read alike
-    (bench/results/tw_h200_timing_turns.md).
+    H200 the call right after dense cuBLAS read 8% slower than the same call timed later, even after 50 ms of its own
+    untimed calls; after 50 ms idle, the same call under three names read within 1%
+    (bench/results/sp24_h200_timing_positions.md).
     Alternating call by call slowed both VGG16 models at one image, the sparse one by 16%, most likely as each pass
     evicts the other model's data from L2 (bench/results/export_h200_vgg16_fmnist_tw75_timing_rounds.md).
     """
