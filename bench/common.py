@@ -108,7 +108,8 @@ def time_in_turns(
     of its calls (host launch overhead stays out; a batch that cannot be captured runs eagerly, `graphed` False).
 
     The calls are timed side by side, `samples` batches each over `rounds` rounds, each round of a call after
-    `idle_ms` of an idle GPU and one untimed batch (or `settle_ms` of them; `sparseprune.export.timing.time_calls`).
+    `idle_ms` of an idle GPU and, where several calls take turns, one untimed batch (or `settle_ms` of them;
+    `sparseprune.export.timing.time_calls`).
     An H200's clocks follow its power draw with a lag of over 50 ms: a call timed right after a power-hungry one runs
     at that one's clocks, and calls kept busy for tens of milliseconds throttle. Timed in turns with one untimed batch
     each, dense 8192^3 took 1647 us against 1443-1456 alone (bench/results/tw_h200_timing_turns.md); after 50 ms of

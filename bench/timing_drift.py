@@ -2,7 +2,7 @@
 
 On one TW case (8192^3 by default, the benchmark's mask) or a 2:4 weight, a fresh process times dense cuBLAS,
 `auto`, the forced kernel `auto` runs there (wgmma.ws; the sp24 route) and `auto` once more under another name: one
-after another, as the benchmarks used to, for a few passes, reading the SM clock, temperature and power from
+after another, each alone after 50 ms idle, for a few passes, reading the SM clock, temperature and power from
 nvidia-smi after each timing; then all four in turns (`bench.common.time_in_turns`) three ways: each round of a call
 after one untimed batch, after 50 ms of untimed batches, and after 50 ms of an idle GPU and one untimed batch (what
 the benchmarks do). The three names of one kernel should read alike; where they do not, the difference is the GPU's
@@ -14,11 +14,8 @@ state, which the call before left.
 
 from __future__ import annotations
 
-import math
 import subprocess
 from typing import Any
-
-import torch
 
 from bench.common import (
     IDLE_MS,
@@ -30,7 +27,7 @@ from bench.common import (
     write_results,
 )
 from bench.nm_bench import random_nm_mask
-from bench.tw_bench import SHAPES, bench_tw_mask
+from bench.tw_bench import SHAPES, bench_tw_mask, cuda_generator, draw_case
 from sparseprune.export.formats.nm import nm_matmul, pack_nm
 from sparseprune.export.formats.tw import pack_tw
 
@@ -63,7 +60,7 @@ def tw_calls(shape: str, granularity: int, sparsity: float, seed: int) -> dict[s
     m, k, n = SHAPES[shape]
     gen = case_generator(seed, shape, granularity, sparsity)
     mask = bench_tw_mask(k, n, granularity, sparsity, gen).cuda()
-    b, x = weight_and_x(m, k, n, gen)
+    b, x, _ = draw_case(m, k, n, gen)
     packed, xt = pack_tw(b, mask, granularity), x.t().contiguous()
     return {
         "dense": lambda: x @ b,
@@ -76,9 +73,8 @@ def tw_calls(shape: str, granularity: int, sparsity: float, seed: int) -> dict[s
 def sp24_calls(m: int, k: int, n: int, seed: int) -> dict[str, Any]:
     """Dense cuBLAS, `auto`, the forced 2:4 route (the route `auto` takes) and `auto` again for a random 2:4 weight."""
     gen = case_generator(seed, "2:4", m, k, n)
-    mask_gen = torch.Generator(device="cuda").manual_seed(int(torch.randint(1 << 30, (1,), generator=gen)))
-    mask = random_nm_mask(k, n, 2, 4, 1, mask_gen)
-    b, x = weight_and_x(m, k, n, gen)
+    mask = random_nm_mask(k, n, 2, 4, 1, cuda_generator(gen))
+    b, x, _ = draw_case(m, k, n, gen)
     packed = pack_nm(b, mask, 4)
     return {
         "dense": lambda: x @ b,
@@ -86,13 +82,6 @@ def sp24_calls(m: int, k: int, n: int, seed: int) -> dict[str, Any]:
         "sp24": lambda: nm_matmul(x, packed, kernel="sp24"),
         "auto, timed last": lambda: nm_matmul(x, packed),
     }
-
-
-def weight_and_x(m: int, k: int, n: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """A random fp16 weight B (K x N) and x (M x K) on the GPU, drawn from a seed that `gen` gives."""
-    cuda_gen = torch.Generator(device="cuda").manual_seed(int(torch.randint(1 << 30, (1,), generator=gen)))
-    b = (torch.randn(k, n, generator=cuda_gen, device="cuda") / math.sqrt(k)).half()
-    return b, torch.randn(m, k, generator=cuda_gen, device="cuda").half()
 
 
 def case_calls(case: str, seed: int) -> dict[str, Any]:

@@ -21,8 +21,6 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from bench.common import (
     Rotation,
     case_generator,
@@ -32,7 +30,7 @@ from bench.common import (
     time_into,
     write_results,
 )
-from bench.tw_bench import SHAPES, bench_tw_mask
+from bench.tw_bench import SHAPES, bench_tw_mask, draw_case
 from sparseprune.export.formats.tw import KERNELS, pack_tw
 
 
@@ -60,9 +58,7 @@ def time_case(
     m = rows or m
     gen = case_generator(seed, name, granularity, sparsity)
     mask = bench_tw_mask(k, n, granularity, sparsity, gen).cuda()
-    cuda_gen = torch.Generator(device="cuda").manual_seed(int(torch.randint(1 << 30, (1,), generator=gen)))
-    b = (torch.randn(k, n, generator=cuda_gen, device="cuda") / math.sqrt(k)).half()
-    x = torch.randn(m, k, generator=cuda_gen, device="cuda").half()
+    b, x, _ = draw_case(m, k, n, gen)
     xt = x.t().contiguous()
     packed = pack_tw(b, mask, granularity)
     if row_major:

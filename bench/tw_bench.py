@@ -117,6 +117,21 @@ COLUMNS = [
 ]
 
 
+def cuda_generator(gen: torch.Generator) -> torch.Generator:
+    """A CUDA generator seeded from one draw of the case's CPU generator `gen`."""
+    return torch.Generator(device="cuda").manual_seed(int(torch.randint(1 << 30, (1,), generator=gen)))
+
+
+def draw_case(
+    m: int, k: int, n: int, gen: torch.Generator, dtype: torch.dtype = torch.float16
+) -> tuple[torch.Tensor, torch.Tensor, torch.Generator]:
+    """B (K x N, scaled by 1/sqrt(K)) and x (M x K) on the GPU as every TW bench draws them after the case's mask, and
+    the CUDA generator they came from, seeded from `gen` (a case's further draws continue it)."""
+    cuda_gen = cuda_generator(gen)
+    b = (torch.randn(k, n, generator=cuda_gen, device="cuda") / math.sqrt(k)).to(dtype)
+    return b, torch.randn(m, k, generator=cuda_gen, device="cuda").to(dtype), cuda_gen
+
+
 def bench_tw_mask(k: int, n: int, granularity: int, sparsity: float, gen: torch.Generator) -> torch.Tensor:
     """TW mask near `sparsity`: sqrt(density) of the columns survive, and each tile of G of them keeps its own
     random row set of a size drawn within ±40% of the mean, so tiles differ in kept K."""
@@ -197,9 +212,7 @@ def run_case(
     m = rows or m
     dev = torch.device("cuda")
     mask = bench_tw_mask(k, n, granularity, sparsity, gen).to(dev)
-    cuda_gen = torch.Generator(device=dev).manual_seed(int(torch.randint(1 << 30, (1,), generator=gen)))
-    b = (torch.randn(k, n, generator=cuda_gen, device=dev) / math.sqrt(k)).to(dtype)
-    x = torch.randn(m, k, generator=cuda_gen, device=dev).to(dtype)
+    b, x, cuda_gen = draw_case(m, k, n, gen, dtype)
     packed = pack_tw(b, mask, granularity)
     bias = None if epilogue == "none" else torch.randn(n, generator=cuda_gen, device=dev).to(dtype)
     activation = EPILOGUES[epilogue]
@@ -256,8 +269,9 @@ def run_case(
     if m > 16:
         calls["tw_fm_mma_sync_us"] = lambda: tw("mma.sync")
     forced_kernels = hopper_kernels(m, granularity, packed.num_tiles) + gemv_kernels(m)
-    for kernel in forced_kernels:
-        calls[f"tw_fm_{kernel.replace('.', '_')}_us"] = lambda kernel=kernel: tw(kernel)
+    forced_keys = {kernel: f"tw_fm_{kernel.replace('.', '_')}_us" for kernel in forced_kernels}
+    for kernel, key in forced_keys.items():
+        calls[key] = lambda kernel=kernel: tw(kernel)
     if gather:
         emul_bytes = packed.num_tiles * packed.max_tile_k * granularity * x.element_size()
         calls["emul_us"] = Rotation(lambda run: finish(run(x)), gather, emul_bytes, m, lambda _: emulation(packed))
@@ -265,7 +279,7 @@ def run_case(
         calls.update(semi24_call(row, x, b))
     times = time_into(row, calls)
     t_dense, t_tw, t_fm, t_ideal = (times[key] for key in ("dense_us", "tw_us", "tw_fm_us", "ideal_us"))
-    t_forced = {kernel: times[f"tw_fm_{kernel.replace('.', '_')}_us"] for kernel in forced_kernels}
+    t_forced = {kernel: times[key] for kernel, key in forced_keys.items()}
     t_emul = times.get("emul_us")
     kept_flops = 2.0 * m * float(mask.sum())
     row.update(

@@ -26,7 +26,7 @@ from sparseprune.export.formats.base import PackedWeight
 from sparseprune.export.layer_choice import LAYER_CHOICES, fastest_choice, time_layers
 from sparseprune.export.packing import pack_layer
 from sparseprune.export.swap import sparsify, swapped_modules, unpacked_layers
-from sparseprune.export.timing import time_calls
+from sparseprune.export.timing import Timing, time_calls
 from sparseprune.gemm_view import PrunableWeight, find_prunable, to_gemm
 from sparseprune.masking import MaskedWeights
 from sparseprune.progress import progress
@@ -152,10 +152,12 @@ def export(cfg: DictConfig) -> dict[str, Any]:
     timed_batch = to_dtype(batch, dtype)
     timed_error = check_outputs(model, sparse, timed_batch)
 
+    def timed(calls: Mapping[str, Callable[[], object]]) -> dict[str, Timing]:  # side by side, as configured
+        return time_calls(calls, device, cfg.warmup, cfg.repeats, cfg.cuda_graph, cfg.timing_rounds,
+                          idle_ms=cfg.timing_idle_ms)  # fmt: skip
+
     def layer_ms(calls: Mapping[str, Callable[[], object]]) -> dict[str, float]:
-        timings = time_calls(calls, device, cfg.warmup, cfg.repeats, cfg.cuda_graph, cfg.timing_rounds,
-                             idle_ms=cfg.timing_idle_ms)  # fmt: skip
-        return {name: timing.median_ms for name, timing in timings.items()}
+        return {name: timing.median_ms for name, timing in timed(calls).items()}
 
     swapped = swapped_modules(weights, packed)
     layer_times = time_layers(model, sparse, swapped, lambda: sparse.predict_batch(timed_batch), layer_ms)
@@ -163,9 +165,7 @@ def export(cfg: DictConfig) -> dict[str, Any]:
     if cfg.layer_choice == "fastest":
         choice = fastest_choice(sparse, model, layer_times, lambda net: net.predict_batch(timed_batch), layer_ms)
         twins["fastest"] = choice.twin
-    timings = time_calls({name: lambda net=net: net.predict_batch(timed_batch) for name, net in twins.items()},
-                         device, cfg.warmup, cfg.repeats, cfg.cuda_graph, cfg.timing_rounds,
-                         idle_ms=cfg.timing_idle_ms)  # fmt: skip
+    timings = timed({name: lambda net=net: net.predict_batch(timed_batch) for name, net in twins.items()})
     dense_time, sparse_time = timings["dense"], timings["sparse"]
     report = {
         "checkpoint": str(ckpt),
