@@ -80,7 +80,7 @@ def _extensions() -> tuple[list, dict]:
         # One file per GEMM kernel (CTA tile, with or without a source), so they compile in parallel.
         sources += ["kernels_ext/sp24_gemm.cu"] + [
             f"kernels_ext/sp24_gemm_{tile}{source}.cu"
-            for tile in ("wide", "tall", "pingpong")
+            for tile in ("wide", "tall", "pingpong", "wide192", "narrow")
             for source in ("", "_source")
         ]
         include_dirs += cutlass

@@ -417,8 +417,9 @@ at::Tensor sp24_matmul(const at::Tensor& x, const at::Tensor& values, const at::
   TORCH_CHECK(M < (int64_t{1} << 31), "2:4 GEMM needs fewer than 2^31 rows of x, got ", num(M));
   TORCH_CHECK(aligned16(x.data_ptr()), "x must be 16-byte aligned");
   check_activation_code(activation);
-  TORCH_CHECK(tile >= static_cast<int64_t>(sp24::Tile::kAuto) && tile <= static_cast<int64_t>(sp24::Tile::kPingpong),
-              "tile code must be 0 (auto), 1 (wide), 2 (tall) or 3 (pingpong), got ", num(tile));
+  TORCH_CHECK(tile >= static_cast<int64_t>(sp24::Tile::kAuto) && tile <= static_cast<int64_t>(sp24::kLastTile),
+              "tile code must be 0 (auto), 1 (wide), 2 (tall), 3 (pingpong), 4 (wide192) or 5 (narrow), got ",
+              num(tile));
   const sp24::CompressedSizes sizes = sp24::compressed_sizes(N, K);
   check_cuda_tensor(values, "values", device);
   TORCH_CHECK(values.scalar_type() == dtype, "values are ", values.scalar_type(), " but x is ", dtype);

@@ -29,9 +29,14 @@ struct Compression {
 template <class Tile, bool kAddsSource>
 constexpr bool kSharesLayout = std::is_same_v<typename Sp24Kernel<cutlass::half_t, WideTile, false>::SparseConfig,
                                               typename Sp24Kernel<cutlass::half_t, Tile, kAddsSource>::SparseConfig>;
-static_assert(kSharesLayout<TallTile, false> && kSharesLayout<PingpongTile, false> && kSharesLayout<WideTile, true> &&
-                  kSharesLayout<TallTile, true> && kSharesLayout<PingpongTile, true>,
+static_assert(kSharesLayout<TallTile, false> && kSharesLayout<PingpongTile, false> && kSharesLayout<Wide192Tile, false> &&
+                  kSharesLayout<NarrowTile, false> && kSharesLayout<WideTile, true> && kSharesLayout<TallTile, true> &&
+                  kSharesLayout<PingpongTile, true> && kSharesLayout<Wide192Tile, true> && kSharesLayout<NarrowTile, true>,
               "every kernel must read the one compressed layout");
+
+template <class Tile>
+constexpr int kStages = Sp24Kernel<cutlass::half_t, Tile, false>::Mainloop::DispatchPolicy::Stages;
+static_assert(kStages<Wide192Tile> > kStages<WideTile>, "the 192-row tile is there for the stage the wide tile lacks");
 
 ProblemShape weight_shape(int64_t N, int64_t K) {
   return {static_cast<int>(N), 1, static_cast<int>(K), 1};
@@ -73,15 +78,21 @@ struct KernelEntries {
 #define SPARSEPRUNE_SP24_ENTRIES(NAME) {run_##NAME, NAME##_workspace_bytes, NAME##_binary_version}
 // Indexed by [adds a source][Tile], so the forced tiles and auto's choice all dispatch through the one table; kAuto
 // is resolved to a tile before any lookup.
-constexpr KernelEntries kKernelEntries[2][4] = {
-    {{}, SPARSEPRUNE_SP24_ENTRIES(wide), SPARSEPRUNE_SP24_ENTRIES(tall), SPARSEPRUNE_SP24_ENTRIES(pingpong)},
+constexpr KernelEntries kKernelEntries[2][static_cast<int>(kLastTile) + 1] = {
+    {{},
+     SPARSEPRUNE_SP24_ENTRIES(wide),
+     SPARSEPRUNE_SP24_ENTRIES(tall),
+     SPARSEPRUNE_SP24_ENTRIES(pingpong),
+     SPARSEPRUNE_SP24_ENTRIES(wide192),
+     SPARSEPRUNE_SP24_ENTRIES(narrow)},
     {{},
      SPARSEPRUNE_SP24_ENTRIES(wide_source),
      SPARSEPRUNE_SP24_ENTRIES(tall_source),
-     SPARSEPRUNE_SP24_ENTRIES(pingpong_source)},
+     SPARSEPRUNE_SP24_ENTRIES(pingpong_source),
+     SPARSEPRUNE_SP24_ENTRIES(wide192_source),
+     SPARSEPRUNE_SP24_ENTRIES(narrow_source)},
 };
 #undef SPARSEPRUNE_SP24_ENTRIES
-static_assert(std::size(kKernelEntries[0]) == static_cast<size_t>(Tile::kPingpong) + 1, "one entry per Tile");
 
 const KernelEntries& entries(const Problem& p) {
   return kKernelEntries[p.source != nullptr][static_cast<int>(resolve_tile(p))];
