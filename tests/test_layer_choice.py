@@ -14,6 +14,7 @@ from sparseprune.export.layer_choice import (
     fastest_choice,
     fastest_twin,
     first_inputs,
+    forced_tiles,
     slower_sparse_layers,
     time_layers,
 )
@@ -129,3 +130,71 @@ def test_fastest_choice_times_again_only_inputs_stored_differently(images: int) 
     # layer 1's input, channel-major behind the sparse layer 0, is NCHW behind the dense one: the same bytes for one
     # image, whose batch stride moves nothing
     assert list(choice.retimed) == ([] if images == 1 else ["1"]) and len(timed) == (0 if images == 1 else 2)
+
+
+class Tiled(nn.Module):
+    """A stand-in for a sparse layer on the 2:4 sparse tensor cores: offers two CTA tiles and records the tile each
+    call ran with."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sp24_tile = "auto"
+        self.ran_with: list[str] = []
+
+    def sp24_tiles(self, x: torch.Tensor) -> tuple[str, ...]:
+        return ("wide", "narrow")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.ran_with.append(self.sp24_tile)
+        return 2 * x
+
+
+def test_the_fastest_tile_is_the_quickest_forced_one_only_when_it_beats_auto() -> None:
+    beaten = LayerTiming(1, (8, 4), dense_ms=2.0, sparse_ms=1.0, sp24_tile_ms={"wide": 0.5, "narrow": 0.7})
+    assert (beaten.fastest_tile, beaten.fastest_sparse_ms, beaten.speedup) == ("wide", 0.5, 2.0)
+    tied = LayerTiming(1, (8, 4), dense_ms=2.0, sparse_ms=1.0, sp24_tile_ms={"wide": 1.0})
+    assert (tied.fastest_tile, tied.fastest_sparse_ms) == ("auto", 1.0)
+    untiled = LayerTiming(1, (8, 4), dense_ms=2.0, sparse_ms=1.0)
+    assert (untiled.fastest_tile, untiled.fastest_sparse_ms) == ("auto", 1.0)
+
+
+def test_a_layer_slower_than_dense_under_auto_stays_sparse_where_a_tile_beats_dense() -> None:
+    timings = {
+        "rescued": LayerTiming(1, (8, 4), dense_ms=1.0, sparse_ms=1.5, sp24_tile_ms={"wide": 0.8, "narrow": 2.0}),
+        "lost": LayerTiming(1, (8, 4), dense_ms=1.0, sparse_ms=1.5, sp24_tile_ms={"wide": 1.2}),
+    }
+    assert slower_sparse_layers(timings) == ["lost"]
+    assert forced_tiles(timings, ["lost"]) == {"rescued": "wide"}
+
+
+def test_time_layers_times_auto_and_each_tile_with_the_tile_set_for_its_call_only() -> None:
+    dense, sparse = nn.Sequential(nn.Identity()), nn.Sequential(Tiled())
+    sparse[0].sp24_tile = "narrow"  # as a twin of an earlier choice would have it: "sparse" still times auto
+    names: list[list[str]] = []
+
+    def time_ms(calls: dict) -> dict[str, float]:
+        names.append(list(calls))
+        for fn in calls.values():
+            fn()
+        return {"dense": 1.0, "sparse": 2.0, "sparse:wide": 0.5, "sparse:narrow": 3.0}
+
+    timings = time_layers(dense, sparse, ["0"], lambda: sparse(torch.ones(2, 4)), time_ms)
+    assert names == [["dense", "sparse", "sparse:wide", "sparse:narrow"]]
+    assert sparse[0].ran_with == ["narrow", "auto", "wide", "narrow"]  # the recording pass, then the timed calls
+    assert sparse[0].sp24_tile == "narrow"  # restored after each call
+    assert timings["0"] == LayerTiming(1, (2, 4), 1.0, 2.0, {"wide": 0.5, "narrow": 3.0})
+
+
+def test_fastest_choice_sets_each_layers_fastest_tile_on_the_twin_alone() -> None:
+    dense = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4), nn.Linear(4, 4))
+    sparse = nn.Sequential(Tiled(), Tiled(), Tiled())
+    timings = {
+        "0": LayerTiming(1, (2, 4), dense_ms=1.0, sparse_ms=2.0, sp24_tile_ms={"wide": 3.0, "narrow": 0.5}),
+        "1": LayerTiming(1, (2, 4), dense_ms=1.0, sparse_ms=2.0, sp24_tile_ms={"wide": 1.5, "narrow": 1.5}),
+        "2": LayerTiming(1, (2, 4), dense_ms=1.0, sparse_ms=0.5, sp24_tile_ms={"wide": 0.6, "narrow": 0.9}),
+    }
+    choice = fastest_choice(sparse, dense, timings, lambda net: net(torch.ones(2, 4)), lambda calls: pytest.fail())
+    assert choice.dense_layers == ["1"] and choice.sp24_tiles == {"0": "narrow"}
+    assert choice.twin[0].sp24_tile == "narrow" and choice.twin[2].sp24_tile == "auto"
+    assert isinstance(choice.twin[1], nn.Linear)
+    assert [layer.sp24_tile for layer in sparse] == ["auto"] * 3  # the all-sparse twin keeps auto's tiles

@@ -10,6 +10,7 @@ from gemm_checks import dense_reference
 from random_masks import random_nm_mask
 
 from sparseprune.errors import UserError
+from sparseprune.export.formats import nm
 from sparseprune.export.formats.nm import (
     PackedNM,
     nm_matmul,
@@ -17,7 +18,9 @@ from sparseprune.export.formats.nm import (
     tw_granularity,
     tw_view,
 )
-from sparseprune.export.formats.tw import tw_matmul_reference
+from sparseprune.export.formats.sp24 import FORCED_TILES
+from sparseprune.export.formats.tw import pack_tw, tw_matmul_reference
+from sparseprune.export.sparse_modules import SparseLinear
 
 
 def test_hand_written_element_wise_layout() -> None:
@@ -176,6 +179,34 @@ def test_forced_kernel_without_cuda_raises() -> None:
         nm_matmul(x, packed, bias=torch.zeros(3))
     with pytest.raises(UserError, match="features"):
         nm_matmul(torch.randn(3, 16), packed)
+    with pytest.raises(UserError, match="tile must be one of"):
+        nm_matmul(x, packed, tile="square")
+
+
+def test_a_layer_offers_the_2_4_tiles_only_where_auto_takes_the_sparse_tensor_cores(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """SparseLinear.sp24_tiles follows auto's route for the layer's own GEMM rows, and a tile set on the layer reaches
+    the N:M matmul of its forward pass."""
+    mask = random_nm_mask(32, 16, 2, 4, 1, torch.Generator().manual_seed(3))
+    layer = SparseLinear(pack_nm(torch.randn(32, 16), mask, 4), None)
+    x = torch.randn(2, 5, 32)
+    assert layer.sp24_tiles(x) == ()  # no CUDA: the reference runs, with no tile to choose
+    routed: list[int] = []
+
+    def sp24_for_rows(like: torch.Tensor, packed: PackedNM, rows: int | None = None) -> str:
+        routed.append(rows)
+        return "sp24"
+
+    monkeypatch.setattr(nm, "auto_route", sp24_for_rows)
+    assert layer.sp24_tiles(x) == FORCED_TILES and routed[-1] == 10  # rows of the (10, 32) GEMM
+    tw_layer = SparseLinear(pack_tw(torch.randn(32, 16), torch.rand(32, 16) > 0.5, 32), None)
+    assert tw_layer.sp24_tiles(x) == ()
+    tiles: list[str] = []
+    monkeypatch.setattr(PackedNM, "matmul", lambda self, x, bias=None, tile="auto": tiles.append(tile) or x[..., :16])
+    layer.sp24_tile = "narrow"
+    layer(x)
+    assert tiles == ["narrow"]
 
 
 @pytest.mark.parametrize(("vector", "granularity"), [(16, 32), (32, 32), (64, 64), (128, 128), (256, 128)])

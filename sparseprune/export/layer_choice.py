@@ -4,13 +4,16 @@ A sparse kernel wins only where the layer's shape and sparsity let it: on an H20
 convolutions at 75% TW beat cuDNN while its 224 x 224 and 112 x 112 ones, whose im2col matrices cuDNN never builds,
 lose more, so the whole model runs slower than dense. Timing every layer on the input it gets inside the model says
 which layers win, and the "fastest" choice keeps the masked dense layer wherever it is faster: its outputs are those
-of the sparse layer (the pruned weights are zeros), only its time differs.
+of the sparse layer (the pruned weights are zeros), only its time differs. A layer on the 2:4 sparse tensor cores is
+also timed with each of the GEMM's CTA tiles forced, and "fastest" runs it with the fastest: the tile rule `auto`
+follows was fitted to a few shapes on one or two GPUs, and where they disagreed (BERT FFN out: the tall tile ahead on
+an H200, behind on an H100) the layer's own timing on the GPU at hand decides.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
@@ -27,16 +30,27 @@ LAYER_CHOICES = ("sparse", "fastest")  # every swapped layer on its sparse kerne
 
 @dataclass(frozen=True)
 class LayerTiming:
-    """One swapped layer: how often a forward pass calls it, its input shape, and one call's time both ways."""
+    """One swapped layer: how often a forward pass calls it, its input shape, and one call's time both ways
+    (`sparse_ms` as `auto` runs it), with each 2:4 CTA tile forced where it runs on the sparse tensor cores."""
 
     calls: int
     input_shape: tuple[int, ...]
     dense_ms: float
     sparse_ms: float
+    sp24_tile_ms: dict[str, float] = field(default_factory=dict)
 
     @property
     def speedup(self) -> float:
         return self.dense_ms / self.sparse_ms
+
+    @property
+    def fastest_tile(self) -> str:
+        """The tile the sparse layer ran fastest with: "auto" unless a forced tile beat auto's own choice."""
+        return min({"auto": self.sparse_ms, **self.sp24_tile_ms}.items(), key=lambda tile_ms: tile_ms[1])[0]
+
+    @property
+    def fastest_sparse_ms(self) -> float:
+        return self.sp24_tile_ms.get(self.fastest_tile, self.sparse_ms)
 
 
 @torch.inference_mode()
@@ -79,18 +93,42 @@ def time_layers(
     layer after it would need it: a sparse convolution over several images leaves its output as a transposed view
     (H200, VGG16 at eight images: chosen by times without that copy, the model ran at 0.91-0.98x dense; with it, at
     0.99-1.02x). A sparse layer that hands the next one its feature-major output (`feature_major_out`) is timed
-    without the copy, which its consumer does not make."""
+    without the copy, which its consumer does not make. A layer with 2:4 CTA tiles to choose from
+    (`SparseLinear.sp24_tiles`) is timed under `auto` and with each tile forced, in the same rounds."""
     timings = {}
     for name, (x, calls) in progress(first_inputs(sparse, names, forward).items(), "timing layers"):
         dense_layer, sparse_layer = dense.get_submodule(name), sparse.get_submodule(name)
+        tiles = sparse_layer.sp24_tiles(x) if hasattr(sparse_layer, "sp24_tiles") else ()
         ms = time_ms(
             {
                 "dense": lambda layer=dense_layer, x=x: layer(x).contiguous(),
-                "sparse": lambda layer=sparse_layer, x=x: as_consumed(layer, layer(x)),
+                "sparse": lambda layer=sparse_layer, x=x: run_with_tile(layer, x, "auto"),
+                **{
+                    f"sparse:{tile}": lambda layer=sparse_layer, x=x, tile=tile: run_with_tile(layer, x, tile)
+                    for tile in tiles
+                },
             }
         )
-        timings[name] = LayerTiming(calls, tuple(x.shape), dense_ms=ms["dense"], sparse_ms=ms["sparse"])
+        timings[name] = LayerTiming(
+            calls,
+            tuple(x.shape),
+            dense_ms=ms["dense"],
+            sparse_ms=ms["sparse"],
+            sp24_tile_ms={tile: ms[f"sparse:{tile}"] for tile in tiles},
+        )
     return timings
+
+
+def run_with_tile(layer: nn.Module, x: torch.Tensor, tile: str) -> torch.Tensor:
+    """One call of the sparse layer, as consumed, with its 2:4 CTA tile set to `tile` for the call (a layer without
+    one just runs)."""
+    if not hasattr(layer, "sp24_tile"):
+        return as_consumed(layer, layer(x))
+    saved, layer.sp24_tile = layer.sp24_tile, tile
+    try:
+        return as_consumed(layer, layer(x))
+    finally:
+        layer.sp24_tile = saved
 
 
 def as_consumed(layer: nn.Module, y: torch.Tensor) -> torch.Tensor:
@@ -99,24 +137,36 @@ def as_consumed(layer: nn.Module, y: torch.Tensor) -> torch.Tensor:
 
 
 def slower_sparse_layers(timings: dict[str, LayerTiming]) -> list[str]:
-    """The layers whose sparse kernel took longer than the masked dense layer: "fastest" keeps these dense."""
-    return [name for name, timing in timings.items() if timing.speedup < 1.0]
+    """The layers whose sparse kernel, with its fastest tile, took longer than the masked dense layer: "fastest" keeps
+    these dense."""
+    return [name for name, timing in timings.items() if timing.dense_ms < timing.fastest_sparse_ms]
+
+
+def forced_tiles(timings: dict[str, LayerTiming], kept_dense: Iterable[str]) -> dict[str, str]:
+    """The sparse layers "fastest" runs with a forced 2:4 tile, and their tiles."""
+    dense = set(kept_dense)
+    return {name: t.fastest_tile for name, t in timings.items() if name not in dense and t.fastest_tile != "auto"}
 
 
 def fastest_twin(sparse: nn.Module, dense: nn.Module, timings: dict[str, LayerTiming]) -> tuple[nn.Module, list[str]]:
-    """A copy of the sparse twin with its slower sparse layers taken back from the masked dense model, and the names of
-    those layers."""
+    """A copy of the sparse twin with its slower sparse layers taken back from the masked dense model and the others
+    on their fastest 2:4 tiles, and the names of the layers taken back."""
     kept_dense = slower_sparse_layers(timings)
-    return with_dense_layers(sparse, dense, kept_dense), kept_dense
+    twin = with_dense_layers(sparse, dense, kept_dense)
+    for name, tile in forced_tiles(timings, kept_dense).items():
+        twin.get_submodule(name).sp24_tile = tile
+    return twin, kept_dense
 
 
 @dataclass(frozen=True)
 class LayerChoice:
-    """The "fastest" choice: the twin, the layers it took back to dense, and the sparse layers timed again in it."""
+    """The "fastest" choice: the twin, the layers it took back to dense, the sparse layers timed again in it, and the
+    layers it runs with a forced 2:4 tile."""
 
     twin: nn.Module
     dense_layers: list[str]
     retimed: dict[str, LayerTiming]
+    sp24_tiles: dict[str, str]
 
 
 @torch.inference_mode()
@@ -151,7 +201,8 @@ def fastest_choice(
     after = _input_layouts(twin, still_sparse, lambda: forward_of(twin))
     moved = [name for name in still_sparse if name in after and after[name] != before.get(name)]
     if not moved:
-        return LayerChoice(twin, kept_dense, {})
+        return LayerChoice(twin, kept_dense, {}, forced_tiles(timings, kept_dense))
     retimed = time_layers(dense, twin, moved, lambda: forward_of(twin), time_ms)
-    twin, kept_dense = fastest_twin(sparse, dense, {**timings, **retimed})
-    return LayerChoice(twin, kept_dense, retimed)
+    final = {**timings, **retimed}
+    twin, kept_dense = fastest_twin(sparse, dense, final)
+    return LayerChoice(twin, kept_dense, retimed, forced_tiles(final, kept_dense))

@@ -23,7 +23,7 @@ from sparseprune.checkpoints import load_checkpoint, pruning_state, run_config
 from sparseprune.errors import UserError
 from sparseprune.export.fold import fold_batch_norms, foldable_pairs
 from sparseprune.export.formats.base import PackedWeight
-from sparseprune.export.layer_choice import LAYER_CHOICES, fastest_choice, time_layers
+from sparseprune.export.layer_choice import LAYER_CHOICES, LayerTiming, fastest_choice, time_layers
 from sparseprune.export.packing import pack_layer
 from sparseprune.export.swap import sparsify, swapped_modules, unpacked_layers
 from sparseprune.export.timing import Timing, time_calls
@@ -185,7 +185,7 @@ def export(cfg: DictConfig) -> dict[str, Any]:
         "not_swapped": unpacked_layers(weights, packed),
         "folded_batch_norms": folded,
         "check": {"fp32_rel_error": fp32_error, "fp32_tolerance": cfg.tolerance, "timed_dtype_rel_error": timed_error},
-        "layer_timing": {name: {**asdict(t), "speedup": t.speedup} for name, t in layer_times.items()},
+        "layer_timing": {name: _layer_row(t) for name, t in layer_times.items()},
         "timing": {"dense": asdict(dense_time), "sparse": asdict(sparse_time)},
         "speedup": dense_time.median_ms / sparse_time.median_ms,
         "layer_choice": cfg.layer_choice,
@@ -193,7 +193,8 @@ def export(cfg: DictConfig) -> dict[str, Any]:
     if cfg.layer_choice == "fastest":
         report["fastest"] = {
             "dense_layers": choice.dense_layers,
-            "retimed_layers": {name: {**asdict(t), "speedup": t.speedup} for name, t in choice.retimed.items()},
+            "sp24_tiles": choice.sp24_tiles,
+            "retimed_layers": {name: _layer_row(t) for name, t in choice.retimed.items()},
             "timed_dtype_rel_error": check_outputs(model, twins["fastest"], timed_batch),
             "timing": asdict(timings["fastest"]),
             "speedup": dense_time.median_ms / timings["fastest"].median_ms,
@@ -205,6 +206,13 @@ def export(cfg: DictConfig) -> dict[str, Any]:
             f"sparse outputs differ from the masked dense model: rel error {fp32_error:.2e} > {cfg.tolerance}"
         )
     return report
+
+
+def _layer_row(timing: LayerTiming) -> dict[str, Any]:
+    """A layer's timing in the report, with its speedup under auto and with its fastest 2:4 tile."""
+    fastest_speedup = timing.dense_ms / timing.fastest_sparse_ms
+    return {**asdict(timing), "speedup": timing.speedup, "fastest_tile": timing.fastest_tile,
+            "fastest_speedup": fastest_speedup}  # fmt: skip
 
 
 def _dense_bytes(packed: PackedWeight, dtype: torch.dtype) -> int:
@@ -235,6 +243,8 @@ def _print_report(report: dict[str, Any], out_dir: Path) -> None:
         )
         if fastest["retimed_layers"]:
             console.print(f"timed again on their inputs in that model: {list(fastest['retimed_layers'])}")
+        if fastest["sp24_tiles"]:
+            console.print(f"2:4 layers on a forced CTA tile, faster than auto's: {fastest['sp24_tiles']}")
     if report["not_swapped"]:
         console.print(f"[yellow]pruned but computed dense (no sparse module yet): {report['not_swapped']}")
     console.print(f"report: {out_dir / 'export_report.json'}")
@@ -259,12 +269,15 @@ def _sizes_table(report: dict[str, Any]) -> Table:
 def _layer_timing_table(report: dict[str, Any]) -> Table:
     """Each swapped layer on its own input inside the model: where the sparse kernel wins and where it loses."""
     table = Table(title="swapped layers, one call each (median)")
-    for column in ("layer", "calls", "input", "dense ms", "sparse ms", "x dense"):
+    rows = report["layer_timing"]
+    tile_column = ("fastest 2:4 tile",) if any(row["sp24_tile_ms"] for row in rows.values()) else ()
+    for column in ("layer", "calls", "input", "dense ms", "sparse ms", "x dense", *tile_column):
         table.add_column(column, justify="right" if column != "layer" else "left")
-    for name, row in report["layer_timing"].items():
+    for name, row in rows.items():
         shape = " x ".join(str(size) for size in row["input_shape"])
+        tile = f"{row['fastest_tile']} {row['fastest_speedup']:.2f}x" if row["sp24_tile_ms"] else "-"
         table.add_row(name, str(row["calls"]), shape, f"{row['dense_ms']:.3f}", f"{row['sparse_ms']:.3f}",
-                      f"{row['speedup']:.2f}x")  # fmt: skip
+                      f"{row['speedup']:.2f}x", *((tile,) if tile_column else ()))  # fmt: skip
     return table
 
 

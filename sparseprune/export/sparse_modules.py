@@ -8,7 +8,7 @@ from torch import nn
 
 from sparseprune.export.formats.base import PackedWeight
 from sparseprune.export.formats.extension import load_kernels
-from sparseprune.export.formats.nm import PackedNM
+from sparseprune.export.formats.nm import PackedNM, sp24_tiles
 from sparseprune.export.formats.tw import KERNEL_DTYPES, PackedTW
 
 
@@ -18,7 +18,8 @@ class SparseLinear(nn.Module):
     The packed arrays are buffers, so `.to()`, `.cuda()` and `.half()` move and cast them like any module
     state (floating values only; indices keep their integer type). With `feature_major_out` y keeps the kernel's
     feature-major storage, which a following sparse layer reads without a transpose (`sparseprune.export.chains`
-    sets it where one layer feeds another).
+    sets it where one layer feeds another). `sp24_tile` is the 2:4 GEMM's CTA tile for an N:M weight on the sparse
+    tensor cores, "auto" unless export's layer choice timed another one faster on the layer's own input.
     """
 
     def __init__(self, packed: PackedWeight, bias: torch.Tensor | None) -> None:
@@ -30,6 +31,7 @@ class SparseLinear(nn.Module):
             self.register_buffer(f"packed_{name}", tensor)
         self.register_buffer("bias", None if bias is None else bias.detach().clone())
         self.feature_major_out = False
+        self.sp24_tile = "auto"
 
     @property
     def packed(self) -> PackedWeight:
@@ -44,12 +46,30 @@ class SparseLinear(nn.Module):
             return packed
         return packed.feature_major_twin(x, rows) if isinstance(packed, PackedNM) else None
 
+    def gemm_rows(self, x: torch.Tensor) -> int:
+        """Rows of the GEMM this layer runs for input x."""
+        return x.numel() // max(x.shape[-1], 1)
+
+    def sp24_tiles(self, x: torch.Tensor) -> tuple[str, ...]:
+        """The 2:4 CTA tiles `sp24_tile` can force for input x: none unless the weight is N:M and its GEMM takes the
+        sparse tensor cores there."""
+        packed = self.packed
+        if not isinstance(packed, PackedNM):
+            return ()
+        rows = self.gemm_rows(x)
+        return () if self._feature_major_weight(packed, x, rows) is not None else sp24_tiles(x, packed, rows)
+
+    def _row_major_matmul(self, packed: PackedWeight, x: torch.Tensor) -> torch.Tensor:
+        if isinstance(packed, PackedNM):
+            return packed.matmul(x, self.bias, tile=self.sp24_tile)
+        return packed.matmul(x, self.bias)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         packed = self.packed
-        weight = self._feature_major_weight(packed, x, x.numel() // max(x.shape[-1], 1))
+        weight = self._feature_major_weight(packed, x, self.gemm_rows(x))
         if weight is not None:
             return weight.matmul(x, self.bias, feature_major_out=self.feature_major_out)
-        return packed.matmul(x, self.bias)
+        return self._row_major_matmul(packed, x)
 
 
 def conv_output_size(
@@ -115,6 +135,11 @@ class SparseConv2d(SparseLinear):
                              f"padding_mode={conv.padding_mode!r}")  # fmt: skip
         self.geometry = (conv.kernel_size, conv.dilation, conv.padding, conv.stride)
 
+    def gemm_rows(self, x: torch.Tensor) -> int:
+        """Rows of the im2col matrix: one per image and output position."""
+        out_h, out_w = conv_output_size(x, *self.geometry)
+        return x.shape[0] * out_h * out_w
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         batch = x.shape[0]
         packed = self.packed
@@ -124,7 +149,7 @@ class SparseConv2d(SparseLinear):
         if weight is not None:
             yt = weight.matmul_feature_major(columns, self.bias)  # (N, B*L)
             return yt.reshape(-1, batch, out_h, out_w).transpose(0, 1)  # contiguous for one image
-        y = packed.matmul(columns, self.bias)  # (B*L, N)
+        y = self._row_major_matmul(packed, columns)  # (B*L, N)
         return y.reshape(batch, out_h, out_w, -1).permute(0, 3, 1, 2)
 
 

@@ -214,9 +214,12 @@ class PackedNM(TensorBundleMixin):
             return f"N columns must be a multiple of 8 (16-byte value rows), got {self.shape[1]}"
         return None
 
-    def matmul(self, x: torch.Tensor, bias: torch.Tensor | None = None, activation: str | None = None) -> torch.Tensor:
-        """y = act(x @ B + bias) for x (..., K): the CUDA kernels for fp16/bf16 CUDA inputs, else the reference."""
-        return nm_matmul(x, self, bias, activation)
+    def matmul(
+        self, x: torch.Tensor, bias: torch.Tensor | None = None, activation: str | None = None, tile: str = "auto"
+    ) -> torch.Tensor:
+        """y = act(x @ B + bias) for x (..., K): the CUDA kernels for fp16/bf16 CUDA inputs, else the reference.
+        `tile` is the 2:4 GEMM's CTA tile where the call takes the sp24 route (see nm_matmul)."""
+        return nm_matmul(x, self, bias, activation, tile=tile)
 
     def feature_major_twin(self, like: torch.Tensor, rows: int) -> PackedTW | None:
         """The PackedTW twin auto runs `rows` rows of an x on like's device and dtype on (the TW route, which reads x
@@ -261,15 +264,19 @@ def nm_matmul(
     bias: torch.Tensor | None = None,
     activation: str | None = None,
     kernel: str = "auto",
+    tile: str = "auto",
 ) -> torch.Tensor:
     """y = act(x @ B + bias) for the packed N:M weight B; x is (..., K) row-major.
 
     `kernel` "auto" takes the fastest route that can run and falls back to the reference; "simt" or "tw" force a
-    route and raise UserError when it cannot run (tests and benchmarks compare them).
+    route and raise UserError when it cannot run (tests and benchmarks compare them). `tile` forces the 2:4 GEMM's
+    CTA tile (sp24.TILES) where the call takes the sp24 route; the other routes have no such choice.
     """
     k, n = packed.shape
     if kernel not in KERNELS:
         raise UserError(f"kernel must be one of {KERNELS}, got {kernel!r}")
+    if tile not in sp24.TILES:
+        raise UserError(f"tile must be one of {tuple(sp24.TILES)}, got {tile!r}")
     if x.shape[-1] != k:
         raise UserError(f"x has {x.shape[-1]} features but the packed N:M weight expects K = {k}")
     if activation not in ACTIVATIONS:
@@ -287,7 +294,7 @@ def nm_matmul(
     elif route == "tw":
         y = tw_view(packed).matmul(rows, bias, activation)
     elif route == "sp24":
-        y = sp24_view(packed).matmul(rows, bias, activation)
+        y = sp24_view(packed).matmul(rows, bias, activation, tile)
     else:
         y = load_kernels().nm_matmul(
             rows.contiguous(),
@@ -373,6 +380,12 @@ def auto_route(x: torch.Tensor, packed: PackedNM, rows: int | None = None) -> st
         min_rows = SMALL_M + 1 if takes_tensor_core_gemv(packed, actual_x) else SPLIT_SP24_MIN_ROWS
         routes = (*tw_route, "sp24") if rows >= min_rows else tw_route
     return next((route for route in routes if route_unavailable(x, packed, route) is None), "simt")
+
+
+def sp24_tiles(like: torch.Tensor, packed: PackedNM, rows: int) -> tuple[str, ...]:
+    """The 2:4 CTA tiles a call of `rows` rows on like's device and dtype can force: every one where auto takes the
+    sp24 route for it, none elsewhere."""
+    return sp24.FORCED_TILES if auto_route(like, packed, rows) == "sp24" else ()
 
 
 def takes_tensor_core_gemv(packed: PackedNM, x: torch.Tensor | None = None) -> bool:
