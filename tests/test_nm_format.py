@@ -181,32 +181,39 @@ def test_forced_kernel_without_cuda_raises() -> None:
         nm_matmul(torch.randn(3, 16), packed)
     with pytest.raises(UserError, match="tile must be one of"):
         nm_matmul(x, packed, tile="square")
+    with pytest.raises(UserError, match="'sp24' cannot run"):  # a tile forces the sparse tensor cores
+        nm_matmul(x, packed, tile="narrow")
+    with pytest.raises(UserError, match="CTA tile of the sp24 route, not of kernel 'simt'"):
+        nm_matmul(x, packed, kernel="simt", tile="narrow")
 
 
-def test_a_layer_offers_the_2_4_tiles_only_where_auto_takes_the_sparse_tensor_cores(
-    monkeypatch: pytest.MonkeyPatch,
+@pytest.mark.parametrize(("auto", "offered"), [("sp24", True), ("simt", True), ("tw", False)])
+def test_a_layer_offers_the_2_4_tiles_where_the_sparse_tensor_cores_can_replace_a_row_major_route(
+    monkeypatch: pytest.MonkeyPatch, auto: str, offered: bool
 ) -> None:
-    """SparseLinear.sp24_tiles follows auto's route for the layer's own GEMM rows, and a tile set on the layer reaches
-    the N:M matmul of its forward pass."""
+    """SparseLinear.sp24_tiles: every tile where the sp24 route can run and auto reads x row-major for the layer's own
+    GEMM rows, none on the TW route or where the sparse tensor cores are missing; a tile set on the layer reaches the
+    N:M matmul of its forward pass."""
     mask = random_nm_mask(32, 16, 2, 4, 1, torch.Generator().manual_seed(3))
     layer = SparseLinear(pack_nm(torch.randn(32, 16), mask, 4), None)
     x = torch.randn(2, 5, 32)
-    assert layer.sp24_tiles(x) == ()  # no CUDA: the reference runs, with no tile to choose
+    assert layer.sp24_tiles(x) == ()  # no CUDA: no sparse tensor cores
     routed: list[int] = []
 
-    def sp24_for_rows(like: torch.Tensor, packed: PackedNM, rows: int | None = None) -> str:
+    def auto_for_rows(like: torch.Tensor, packed: PackedNM, rows: int | None = None) -> str:
         routed.append(rows)
-        return "sp24"
+        return auto
 
-    monkeypatch.setattr(nm, "auto_route", sp24_for_rows)
-    assert layer.sp24_tiles(x) == FORCED_TILES and routed[-1] == 10  # rows of the (10, 32) GEMM
+    monkeypatch.setattr(nm, "auto_route", auto_for_rows)
+    monkeypatch.setattr(nm, "route_unavailable", lambda x, packed, route: None)
+    assert layer.sp24_tiles(x) == (FORCED_TILES if offered else ()) and routed[-1] == 10  # rows of the (10, 32) GEMM
     tw_layer = SparseLinear(pack_tw(torch.randn(32, 16), torch.rand(32, 16) > 0.5, 32), None)
     assert tw_layer.sp24_tiles(x) == ()
     tiles: list[str] = []
     monkeypatch.setattr(PackedNM, "matmul", lambda self, x, bias=None, tile="auto": tiles.append(tile) or x[..., :16])
     layer.sp24_tile = "narrow"
     layer(x)
-    assert tiles == ["narrow"]
+    assert tiles == (["narrow"] if offered else [])  # the TW route reads its own layouts and has no tile
 
 
 @pytest.mark.parametrize(("vector", "granularity"), [(16, 32), (32, 32), (64, 64), (128, 128), (256, 128)])

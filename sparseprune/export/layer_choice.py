@@ -4,10 +4,11 @@ A sparse kernel wins only where the layer's shape and sparsity let it: on an H20
 convolutions at 75% TW beat cuDNN while its 224 x 224 and 112 x 112 ones, whose im2col matrices cuDNN never builds,
 lose more, so the whole model runs slower than dense. Timing every layer on the input it gets inside the model says
 which layers win, and the "fastest" choice keeps the masked dense layer wherever it is faster: its outputs are those
-of the sparse layer (the pruned weights are zeros), only its time differs. A layer on the 2:4 sparse tensor cores is
-also timed with each of the GEMM's CTA tiles forced, and "fastest" runs it with the fastest: the tile rule `auto`
-follows was fitted to a few shapes on one or two GPUs, and where they disagreed (BERT FFN out: the tall tile ahead on
-an H200, behind on an H100) the layer's own timing on the GPU at hand decides.
+of the sparse layer (the pruned weights are zeros), only its time differs. An N:M layer that the 2:4 sparse tensor
+cores can take where auto reads x row-major is also timed on them with each of the GEMM's CTA tiles forced, and
+"fastest" runs it on the fastest where that beats auto: the tile rule was fitted to a few shapes on two GPUs, and
+where they disagreed (BERT FFN out: the tall tile ahead on an H200, behind on an H100) the layer's own timing on the
+GPU at hand decides.
 """
 
 from __future__ import annotations

@@ -18,8 +18,9 @@ class SparseLinear(nn.Module):
     The packed arrays are buffers, so `.to()`, `.cuda()` and `.half()` move and cast them like any module
     state (floating values only; indices keep their integer type). With `feature_major_out` y keeps the kernel's
     feature-major storage, which a following sparse layer reads without a transpose (`sparseprune.export.chains`
-    sets it where one layer feeds another). `sp24_tile` is the 2:4 GEMM's CTA tile for an N:M weight on the sparse
-    tensor cores, "auto" unless export's layer choice timed another one faster on the layer's own input.
+    sets it where one layer feeds another). `sp24_tile` is "auto", or a CTA tile of the 2:4 GEMM that an N:M weight
+    then runs on wherever auto would read x row-major: export's layer choice sets it where a tile ran faster on the
+    layer's own input than auto's route.
     """
 
     def __init__(self, packed: PackedWeight, bias: torch.Tensor | None) -> None:
@@ -51,8 +52,7 @@ class SparseLinear(nn.Module):
         return x.numel() // max(x.shape[-1], 1)
 
     def sp24_tiles(self, x: torch.Tensor) -> tuple[str, ...]:
-        """The 2:4 CTA tiles `sp24_tile` can force for input x: none unless the weight is N:M and its GEMM takes the
-        sparse tensor cores there."""
+        """The 2:4 CTA tiles `sp24_tile` can force for input x (nm.sp24_tiles): none for other formats."""
         packed = self.packed
         if not isinstance(packed, PackedNM):
             return ()

@@ -269,14 +269,18 @@ def nm_matmul(
     """y = act(x @ B + bias) for the packed N:M weight B; x is (..., K) row-major.
 
     `kernel` "auto" takes the fastest route that can run and falls back to the reference; "simt" or "tw" force a
-    route and raise UserError when it cannot run (tests and benchmarks compare them). `tile` forces the 2:4 GEMM's
-    CTA tile (sp24.TILES) where the call takes the sp24 route; the other routes have no such choice.
+    route and raise UserError when it cannot run (tests and benchmarks compare them). A `tile` other than "auto" (one of
+    sp24.TILES) runs the sp24 route with that CTA tile for the 2:4 GEMM, as kernel="sp24" would.
     """
     k, n = packed.shape
     if kernel not in KERNELS:
         raise UserError(f"kernel must be one of {KERNELS}, got {kernel!r}")
     if tile not in sp24.TILES:
         raise UserError(f"tile must be one of {tuple(sp24.TILES)}, got {tile!r}")
+    if tile != "auto":
+        if kernel not in ("auto", "sp24"):
+            raise UserError(f"tile {tile!r} is a CTA tile of the sp24 route, not of kernel {kernel!r}")
+        kernel = "sp24"
     if x.shape[-1] != k:
         raise UserError(f"x has {x.shape[-1]} features but the packed N:M weight expects K = {k}")
     if activation not in ACTIVATIONS:
@@ -383,9 +387,12 @@ def auto_route(x: torch.Tensor, packed: PackedNM, rows: int | None = None) -> st
 
 
 def sp24_tiles(like: torch.Tensor, packed: PackedNM, rows: int) -> tuple[str, ...]:
-    """The 2:4 CTA tiles a call of `rows` rows on like's device and dtype can force: every one where auto takes the
-    sp24 route for it, none elsewhere."""
-    return sp24.FORCED_TILES if auto_route(like, packed, rows) == "sp24" else ()
+    """The 2:4 CTA tiles a call of `rows` rows on like's device and dtype can be forced onto (nm_matmul's `tile`):
+    every one where the sparse tensor cores can take the weight and auto reads x row-major (its sp24 route, or the
+    SpMV at one row), none where auto takes the TW route, whose feature-major x and y its neighbours follow."""
+    if route_unavailable(like, packed, "sp24") is not None or auto_route(like, packed, rows) == "tw":
+        return ()
+    return sp24.FORCED_TILES
 
 
 def takes_tensor_core_gemv(packed: PackedNM, x: torch.Tensor | None = None) -> bool:
