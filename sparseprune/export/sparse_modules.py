@@ -54,10 +54,7 @@ class SparseLinear(nn.Module):
     def sp24_tiles(self, x: torch.Tensor) -> tuple[str, ...]:
         """The 2:4 CTA tiles `sp24_tile` can force for input x (nm.sp24_tiles): none for other formats."""
         packed = self.packed
-        if not isinstance(packed, PackedNM):
-            return ()
-        rows = self.gemm_rows(x)
-        return () if self._feature_major_weight(packed, x, rows) is not None else sp24_tiles(x, packed, rows)
+        return sp24_tiles(x, packed, self.gemm_rows(x)) if isinstance(packed, PackedNM) else ()
 
     def _row_major_matmul(self, packed: PackedWeight, x: torch.Tensor) -> torch.Tensor:
         if isinstance(packed, PackedNM):

@@ -218,7 +218,7 @@ class PackedNM(TensorBundleMixin):
         self, x: torch.Tensor, bias: torch.Tensor | None = None, activation: str | None = None, tile: str = "auto"
     ) -> torch.Tensor:
         """y = act(x @ B + bias) for x (..., K): the CUDA kernels for fp16/bf16 CUDA inputs, else the reference.
-        `tile` is the 2:4 GEMM's CTA tile where the call takes the sp24 route (see nm_matmul)."""
+        A `tile` other than "auto" runs it on the 2:4 sparse tensor cores with that CTA tile (see nm_matmul)."""
         return nm_matmul(x, self, bias, activation, tile=tile)
 
     def feature_major_twin(self, like: torch.Tensor, rows: int) -> PackedTW | None:
