@@ -1,5 +1,5 @@
-"""bench/sweep_gpu.sh, bench/study_gpu.sh and bench/export_gpu_check.sh: the commands they issue, checked with a
-stand-in `python` that records its arguments (the real runs need a GPU and take minutes)."""
+"""bench/sweep_gpu.sh, bench/study_gpu.sh, bench/export_gpu_check.sh and bench/sp24_export_check.sh: the commands
+they issue, checked with a stand-in `python` that records its arguments (the real runs need a GPU and take minutes)."""
 
 from __future__ import annotations
 
@@ -38,7 +38,8 @@ def run_script(tmp_path: Path, *args: str, **env: str) -> tuple[subprocess.Compl
     # The study writes its table under bench/results/: run from a copy of bench/ so the checkout stays clean.
     work = tmp_path / "work"
     (work / "bench").mkdir(parents=True, exist_ok=True)
-    for script in ("sweep_gpu.sh", "study_gpu.sh", "workloads.sh", "export_gpu_check.sh", "gpu_check.sh"):
+    for script in ("sweep_gpu.sh", "study_gpu.sh", "workloads.sh", "export_gpu_check.sh", "sp24_export_check.sh",
+                   "gpu_check.sh"):  # fmt: skip
         (work / "bench" / script).write_text((ROOT / "bench" / script).read_text())
     result = subprocess.run(["bash", *args], cwd=work, env=full_env, capture_output=True, text=True, check=False)
     return result, calls.read_text().splitlines() if calls.exists() else []
@@ -155,3 +156,18 @@ def test_export_check_trains_once_and_exports_each_batch_with_and_without_foldin
             report = json.loads((out / f"report_{norms}_b{batch}.json").read_text())["args"].split()
             assert f"batch_size={batch}" in report and f"fold_batch_norm={fold}" in report
             assert "layer_choice=fastest" in report
+
+
+def test_sp24_export_check_prunes_bert_to_2_4_and_exports_it_with_the_tile_choice(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    result, lines = run_script(tmp_path, "bench/sp24_export_check.sh", str(out))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert lines[0] == "setup.py build_ext --inplace"
+    (train,) = [line.split() for line in lines if line.startswith("train.py")]
+    assert {"model=bert", "trainer=gpu", "pattern=nm", "pattern.n=2", "pattern.m=4", "schedule.target=0.5"} <= set(
+        train
+    )
+    assert len([line for line in lines if line.startswith("export.py")]) == 2
+    for batch in (1, 32):
+        report = json.loads((out / f"report_b{batch}.json").read_text())["args"].split()
+        assert f"batch_size={batch}" in report and "layer_choice=fastest" in report
