@@ -29,9 +29,9 @@ struct Compression {
 template <class Tile, bool kAddsSource>
 constexpr bool kSharesLayout = std::is_same_v<typename Sp24Kernel<cutlass::half_t, WideTile, false>::SparseConfig,
                                               typename Sp24Kernel<cutlass::half_t, Tile, kAddsSource>::SparseConfig>;
-static_assert(kSharesLayout<TallTile, false> && kSharesLayout<PingpongTile, false> && kSharesLayout<Wide192Tile, false> &&
-                  kSharesLayout<NarrowTile, false> && kSharesLayout<WideTile, true> && kSharesLayout<TallTile, true> &&
-                  kSharesLayout<PingpongTile, true> && kSharesLayout<Wide192Tile, true> && kSharesLayout<NarrowTile, true>,
+template <class... Tiles>
+constexpr bool kAllShareLayout = ((kSharesLayout<Tiles, false> && kSharesLayout<Tiles, true>) && ...);
+static_assert(kAllShareLayout<WideTile, TallTile, PingpongTile, Wide192Tile, NarrowTile>,
               "every kernel must read the one compressed layout");
 
 template <class Tile>
@@ -93,6 +93,19 @@ constexpr KernelEntries kKernelEntries[2][static_cast<int>(kLastTile) + 1] = {
      SPARSEPRUNE_SP24_ENTRIES(narrow_source)},
 };
 #undef SPARSEPRUNE_SP24_ENTRIES
+
+// The table is sized by the Tile enum, so a tile without its row entries would compile as null pointers.
+constexpr bool every_tile_has_entries() {
+  for (const auto& row : kKernelEntries) {
+    for (size_t tile = 1; tile < std::size(row); ++tile) {
+      if (row[tile].run == nullptr || row[tile].workspace_bytes == nullptr || row[tile].binary_version == nullptr) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+static_assert(every_tile_has_entries(), "one set of entry points per Tile, with and without a source");
 
 const KernelEntries& entries(const Problem& p) {
   return kKernelEntries[p.source != nullptr][static_cast<int>(resolve_tile(p))];

@@ -82,8 +82,9 @@ struct PingpongTile {  // short K: 128 features by 128 rows of x per warpgroup
   using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecialized;
 };
 // The wide tile cut to 192 rows of x: a stage holds 64 KB where the wide tile's holds 80, so the mainloop keeps three
-// stages in flight instead of two (StageCountAutoCarveout; the kernels adding a source keep two either way), and layers of 512-768 features with
-// 4096-6272 rows make 132 tiles (one full round on an H100 or H200) where the wide tile makes 96-100.
+// stages in flight instead of two (StageCountAutoCarveout; the kernels adding a source keep two either way), and
+// layers of 512-768 features with 4096-6272 rows make 132 tiles (one full round on an H100 or H200) where the wide
+// tile makes 96-100.
 struct Wide192Tile {
   using Cta = cute::Shape<cute::_128, cute::_192, cute::_128>;
   using Schedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative;

@@ -164,9 +164,8 @@ def test_sp24_export_check_prunes_bert_to_2_4_and_exports_it_with_the_tile_choic
     assert result.returncode == 0, result.stdout + result.stderr
     assert lines[0] == "setup.py build_ext --inplace"
     (train,) = [line.split() for line in lines if line.startswith("train.py")]
-    assert {"model=bert", "trainer=gpu", "pattern=nm", "pattern.n=2", "pattern.m=4", "schedule.target=0.5"} <= set(
-        train
-    )
+    pruning = {"pattern=nm", "pattern.n=2", "pattern.m=4", "schedule.target=0.5"}
+    assert {"model=bert", "trainer=gpu", *pruning} <= set(train)
     assert len([line for line in lines if line.startswith("export.py")]) == 2
     for batch in (1, 32):
         report = json.loads((out / f"report_b{batch}.json").read_text())["args"].split()
