@@ -20,7 +20,6 @@ import torch
 import torch.nn.functional as F
 
 from sparseprune.errors import UserError
-from sparseprune.export.formats.extension import load_kernels
 
 log = logging.getLogger(__name__)
 
@@ -197,20 +196,16 @@ class PackedTW:
             raise UserError(f"activation must be one of None, 'relu', 'gelu', got {activation!r}")
         if bias is not None and bias.numel() != self.shape[1]:
             raise UserError(f"bias has {bias.numel()} entries, expected N = {self.shape[1]}")
-        kernels = load_kernels()
-        if kernels is None or not x.is_cuda or x.dtype not in KERNEL_DTYPES:
-            y = tw_matmul_reference(x.t() if x_feature_major else x, self, bias, activation)
-            return y.t().contiguous() if y_feature_major else y
         k, n = self.shape
-        return kernels.tw_matmul(
-            x.contiguous(),
+        return torch.ops.sparseprune.tw_matmul(  # sparseprune.export.ops: the kernel, or the reference off CUDA
+            x,
             self.values,
             self.rows,
             self.tile_ptr,
             self.cols,
             self.col_pos,
             self.pruned_cols,
-            None if bias is None else bias.to(x.dtype).contiguous(),
+            bias,
             self.res_ptr,
             self.res_rows,
             self.res_vals,
@@ -222,7 +217,6 @@ class PackedTW:
             x_feature_major,
             y_feature_major,
             KERNELS[kernel],
-            self.host_tile_ptr if kernel in ("auto", "wgmma.rows") else None,
         )
 
 
@@ -387,3 +381,41 @@ def pack_tw(
         pruned_cols=pruned_cols,
         **residual,
     )
+
+
+def unpack_tw(packed: PackedTW) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """(B as dense K x N, its TW keep mask, its TEW residual mask or None): the inverse of `pack_tw`."""
+    k, n = packed.shape
+    device, g = packed.values.device, packed.granularity
+    weight = torch.zeros(k, n, dtype=packed.values.dtype, device=device)
+    keep = torch.zeros(k, n, dtype=torch.bool, device=device)
+    tile_ptr = packed.tile_ptr.tolist()
+    for t in range(packed.num_tiles):
+        rows = packed.rows[tile_ptr[t] : tile_ptr[t + 1]].long()
+        cols = packed.cols[t * g : (t + 1) * g].long()
+        kept_rows, used = rows >= 0, cols >= 0
+        block = packed.values[tile_ptr[t] : tile_ptr[t + 1]][kept_rows][:, used]
+        index = (rows[kept_rows][:, None], cols[used][None, :])
+        weight[index] = block
+        keep[index] = True
+    residual = None
+    if packed.has_residual:
+        counts = (packed.res_ptr[1:] - packed.res_ptr[:-1]).long()
+        res_cols = torch.repeat_interleave(torch.arange(n, device=device), counts)
+        res_rows = packed.res_rows.long()
+        weight[res_rows, res_cols] = packed.res_vals
+        residual = torch.zeros_like(keep)
+        residual[res_rows, res_cols] = True
+    return weight, keep, residual
+
+
+def concat_tw(parts: list[PackedTW]) -> PackedTW:
+    """One TW weight [B1 | B2 | ...] (K x sum N) computing every part in one call: Q, K and V read x once and fill one
+    grid. Columns of any part that keep the same rows may share a tile, so the result is packed afresh."""
+    if not parts or len({p.granularity for p in parts}) != 1 or len({p.shape[0] for p in parts}) != 1:
+        raise UserError("concat_tw needs TW weights of one granularity and one K")
+    unpacked = [unpack_tw(p) for p in parts]
+    residuals = [r if r is not None else torch.zeros_like(m) for _, m, r in unpacked]
+    residual = torch.cat(residuals, dim=1) if any(p.has_residual for p in parts) else None
+    return pack_tw(torch.cat([w for w, _, _ in unpacked], dim=1), torch.cat([m for _, m, _ in unpacked], dim=1),
+                   parts[0].granularity, residual)  # fmt: skip

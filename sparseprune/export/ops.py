@@ -1,0 +1,82 @@
+"""The extension's TW GEMM as a `torch.library` custom op, so torch.compile and torch.export see one opaque node.
+
+`torch.ops.sparseprune.tw_matmul` takes the packed arrays as tensors and the layout as ints, has a fake kernel
+(output shape only, no data), and runs the CUDA kernel where it can (fp16/bf16 CUDA x with the extension built) and
+the torch reference op everywhere else, so the same traced graph runs on a CPU in tests. Dynamo then compiles the
+torch code between sparse calls (LayerNorm, residual adds, GELU, the attention's layout copies) into fused kernels
+instead of breaking its graph at every call, as it does at a plain pybind function.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from sparseprune.export.formats.extension import load_kernels
+from sparseprune.export.formats.tw import KERNEL_DTYPES, PackedTW, host_copy, tw_matmul_reference
+
+ROW_FLEXIBLE_PATHS = (0, 7)  # "auto" and "wgmma.rows" plan their work items on the host from tile_ptr
+
+
+@torch.library.custom_op("sparseprune::tw_matmul", mutates_args=())
+def tw_matmul_op(
+    x: torch.Tensor,
+    values: torch.Tensor,
+    rows: torch.Tensor,
+    tile_ptr: torch.Tensor,
+    cols: torch.Tensor,
+    col_pos: torch.Tensor,
+    pruned_cols: torch.Tensor,
+    bias: torch.Tensor | None,
+    res_ptr: torch.Tensor | None,
+    res_rows: torch.Tensor | None,
+    res_vals: torch.Tensor | None,
+    k: int,
+    n: int,
+    granularity: int,
+    max_tile_k: int,
+    activation: int,
+    x_feature_major: bool,
+    y_feature_major: bool,
+    path: int,
+) -> torch.Tensor:
+    """act(x @ B + bias) for x (M, K), or xT (K, M) when x_feature_major; (M, N), or (N, M) when y_feature_major.
+    Codes as `formats.tw.ACTIVATIONS` and `formats.tw.KERNELS`; M a multiple of 8 or at most 16 when feature-major."""
+    kernels = load_kernels()
+    if kernels is None or not x.is_cuda or x.dtype not in KERNEL_DTYPES:
+        packed = PackedTW((k, n), granularity, max_tile_k, values, rows, tile_ptr, cols, col_pos, pruned_cols,
+                          res_ptr, res_rows, res_vals)  # fmt: skip
+        names = {0: None, 1: "relu", 2: "gelu"}
+        y = tw_matmul_reference(x.t() if x_feature_major else x, packed, bias, names[activation])
+        return y.t().contiguous() if y_feature_major else y
+    return kernels.tw_matmul(
+        x.contiguous(), values, rows, tile_ptr, cols, col_pos, pruned_cols,
+        None if bias is None else bias.to(x.dtype).contiguous(), res_ptr, res_rows, res_vals,
+        k, n, granularity, max_tile_k, activation, x_feature_major, y_feature_major, path,
+        host_copy(tile_ptr) if path in ROW_FLEXIBLE_PATHS else None,
+    )  # fmt: skip
+
+
+@tw_matmul_op.register_fake
+def _tw_matmul_fake(
+    x: torch.Tensor,
+    values: torch.Tensor,
+    rows: torch.Tensor,
+    tile_ptr: torch.Tensor,
+    cols: torch.Tensor,
+    col_pos: torch.Tensor,
+    pruned_cols: torch.Tensor,
+    bias: torch.Tensor | None,
+    res_ptr: torch.Tensor | None,
+    res_rows: torch.Tensor | None,
+    res_vals: torch.Tensor | None,
+    k: int,
+    n: int,
+    granularity: int,
+    max_tile_k: int,
+    activation: int,
+    x_feature_major: bool,
+    y_feature_major: bool,
+    path: int,
+) -> torch.Tensor:
+    m = x.shape[1] if x_feature_major else x.shape[0]
+    return x.new_empty((n, m) if y_feature_major else (m, n))

@@ -1,0 +1,134 @@
+"""The feature-major BERT encoder (CPU reference ops): the masked dense model's outputs with and without padding
+masks, for TW, vector-wise N:M, 2:4 and layers kept dense; Q, K, V fused into one TW weight; and the sparse
+custom op under torch.compile with no graph break."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from transformers import BertConfig, BertModel
+
+from bench.model_bench import prune_in_place
+from sparseprune.export.feature_major_bert import (
+    DenseProjection,
+    FeatureMajorBertEncoder,
+    RowMajorProjection,
+    StackedProjection,
+    TWProjection,
+    with_feature_major_encoders,
+)
+from sparseprune.export.formats.tw import concat_tw, pack_tw, unpack_tw
+from sparseprune.export.swap import sparsify, with_dense_layers
+from sparseprune.gemm_view import find_prunable
+from tests.random_masks import random_tw_mask
+
+PATTERNS = {
+    "tw": {"name": "tw", "granularity": 32},
+    "vw": {"name": "nm", "n": 2, "m": 8, "vector": 32},
+    "2:4": {"name": "nm", "n": 2, "m": 4},
+}
+
+
+def tiny_bert() -> BertModel:
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=40, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=128, max_position_embeddings=16, attn_implementation="sdpa")  # fmt: skip
+    return BertModel(config, add_pooling_layer=False).eval()
+
+
+def pruned_twin(pattern: str) -> tuple[BertModel, nn.Module]:
+    model = tiny_bert()
+    weights = find_prunable(model, ("*embeddings*",))
+    packed, _ = prune_in_place(weights, PATTERNS[pattern], 0.5)
+    twin, replaced = with_feature_major_encoders(sparsify(model, weights, packed))
+    assert replaced == ["encoder"]
+    return model, twin
+
+
+def hidden(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    with torch.inference_mode():
+        return model(ids, attention_mask=mask).last_hidden_state
+
+
+def padding_mask(batch: int, seq: int) -> torch.Tensor:
+    lengths = torch.tensor([seq - 3 * i for i in range(batch)])
+    return (torch.arange(seq)[None, :] < lengths[:, None]).long()
+
+
+@pytest.mark.parametrize("pattern", list(PATTERNS))
+@pytest.mark.parametrize(("batch", "seq"), [(3, 16), (1, 11), (2, 13)])
+def test_twin_keeps_the_masked_models_outputs(pattern: str, batch: int, seq: int) -> None:
+    model, twin = pruned_twin(pattern)
+    ids = torch.randint(0, 40, (batch, seq), generator=torch.Generator().manual_seed(seq))
+    mask = padding_mask(batch, seq)
+    expected, got = hidden(model, ids, mask), hidden(twin, ids, mask)
+    real = mask.bool()  # padding positions are free to differ
+    assert got.shape == expected.shape
+    torch.testing.assert_close(got[real], expected[real], rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(hidden(twin, ids, None), hidden(model, ids, None), rtol=1e-4, atol=1e-4)
+
+
+def test_each_format_gets_its_projection() -> None:
+    layers = {p: pruned_twin(p)[1].encoder.layer[0] for p in PATTERNS}
+    assert type(layers["tw"].qkv) is TWProjection and layers["tw"].qkv.shape == (64, 192)
+    assert type(layers["vw"].qkv) is TWProjection  # vector-wise N:M runs on the TW kernels
+    assert type(layers["2:4"].qkv) is StackedProjection
+    assert all(type(part) is RowMajorProjection for part in layers["2:4"].qkv.parts)
+
+
+def test_layers_kept_dense_run_on_cublas_in_the_stream() -> None:
+    model = tiny_bert()
+    weights = find_prunable(model, ("*embeddings*",))
+    packed, _ = prune_in_place(weights, PATTERNS["tw"], 0.5)
+    dense_back = ["encoder.layer.0.attention.self.key", "encoder.layer.1.output.dense",
+                  *(f"encoder.layer.0.attention.self.{p}" for p in ("query", "value"))]  # fmt: skip
+    mixed = with_dense_layers(sparsify(model, weights, packed), model, dense_back[:2])
+    all_dense_qkv = with_dense_layers(sparsify(model, weights, packed), model, dense_back)
+    ids, mask = torch.randint(0, 40, (2, 16)), padding_mask(2, 16)
+    for net in (mixed, all_dense_qkv):
+        twin, _ = with_feature_major_encoders(net)
+        torch.testing.assert_close(hidden(twin, ids, mask), hidden(model, ids, mask), rtol=1e-4, atol=1e-4)
+    twin_mixed = with_feature_major_encoders(mixed)[0].encoder.layer
+    assert type(twin_mixed[0].qkv) is StackedProjection and type(twin_mixed[1].ffn_out) is DenseProjection
+    assert type(with_feature_major_encoders(all_dense_qkv)[0].encoder.layer[0].qkv) is DenseProjection
+
+
+def test_dense_encoder_is_left_alone() -> None:
+    model = tiny_bert()
+    _, replaced = with_feature_major_encoders(model)
+    assert replaced == [] and type(model.encoder) is not FeatureMajorBertEncoder
+
+
+def test_concat_tw_is_the_stacked_weight_and_unpack_inverts_pack() -> None:
+    gen = torch.Generator().manual_seed(5)
+    parts, dense = [], []
+    for i in range(3):
+        b = torch.randn(64, 96, generator=gen)
+        keep = random_tw_mask(64, 96, 32, 0.7, (0.2, 0.8), gen, empty_tiles=i % 2)
+        packed = pack_tw(b, keep, 32)
+        weight, mask, residual = unpack_tw(packed)
+        assert residual is None and torch.equal(mask, keep) and torch.equal(weight, b * keep)
+        parts.append(packed)
+        dense.append(b * keep)
+    fused = concat_tw(parts)
+    x = torch.randn(7, 64, generator=gen, dtype=torch.float64)
+    torch.testing.assert_close(fused.matmul(x), x @ torch.cat(dense, 1).double())
+    assert fused.num_tiles <= sum(p.num_tiles for p in parts)
+
+
+def test_concat_tw_refuses_mixed_granularities() -> None:
+    b, keep = torch.randn(64, 64), torch.ones(64, 64, dtype=torch.bool)
+    with pytest.raises(Exception, match="one granularity"):
+        concat_tw([pack_tw(b, keep, 32), pack_tw(b, keep, 64)])
+
+
+def test_sparse_op_compiles_without_graph_breaks() -> None:
+    _, twin = pruned_twin("tw")
+    encoder = twin.encoder
+    x = torch.randn(2, 16, 64)
+    explained = torch._dynamo.explain(encoder)(x)
+    assert explained.graph_break_count == 0 and explained.graph_count == 1
+    with torch.inference_mode():
+        compiled = torch.compile(encoder, fullgraph=True, backend="aot_eager")
+        torch.testing.assert_close(compiled(x).last_hidden_state, encoder(x).last_hidden_state)
