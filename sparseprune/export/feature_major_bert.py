@@ -6,7 +6,7 @@ filled a fraction of the GPU. Here the residual stream is one contiguous (H, T) 
 - Q, K and V are one projection (`concat_tw`: one launch, one pass over x, a grid three times as wide);
 - every projection maps xT (K, T) to yT (N, T): a TW weight through `torch.ops.sparseprune.tw_matmul` with both
   sides feature-major, a dense one (kept dense by the layer choice) as W @ xT on cuBLAS, which reads that layout
-  as it reads any, and any other format through its row-major module and two transposes;
+  as it reads any (an encoder with a format that reads rows, 2:4, keeps the swapped layers);
 - residual add and LayerNorm reduce over dim 0 of that layout;
 - attention is the only layout change: QKV to the (batch, heads, seq, head) layout sdpa's fused kernels read, and
   the context back, two copies of the activations where the swapped twin made ten.
@@ -22,6 +22,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
+from transformers.modeling_outputs import BaseModelOutputWithPastAndCrossAttentions
 
 from sparseprune.errors import UserError
 from sparseprune.export.formats.nm import TW_MIN_VECTOR, PackedNM, tw_view
@@ -77,7 +78,8 @@ class TWProjection(nn.Module):
         k, n = self.shape
         return torch.ops.sparseprune.tw_matmul(
             xt, self.values, self.rows, self.tile_ptr, self.cols, self.col_pos, self.pruned_cols,
-            self.bias, self._tensor("res_ptr"), self._tensor("res_rows"), self._tensor("res_vals"), k, n, self.granularity, self.max_tile_k, 0, True, True, 0,
+            self.bias, self._tensor("res_ptr"), self._tensor("res_rows"), self._tensor("res_vals"),
+            k, n, self.granularity, self.max_tile_k, 0, True, True, 0,
         )  # fmt: skip
 
 
@@ -95,18 +97,6 @@ class DenseProjection(nn.Module):
         return torch.addmm(self.bias, self.weight, xt)
 
 
-class RowMajorProjection(nn.Module):
-    """A format that reads rows (2:4 on the sparse tensor cores): its modules on xT^T, their outputs transposed back."""
-
-    def __init__(self, modules: Sequence[nn.Module]) -> None:
-        super().__init__()
-        self.parts = nn.ModuleList(modules)
-
-    def forward(self, xt: torch.Tensor) -> torch.Tensor:
-        x = xt.t().contiguous()
-        return torch.cat([part(x) for part in self.parts], dim=1).t().contiguous()
-
-
 def feature_major_projection(modules: Sequence[nn.Module]) -> nn.Module:
     """One projection computing every module's output, stacked along features, from xT: fused where the modules
     share a kernel family (TW weights of one granularity, or dense weights), else one call each."""
@@ -118,7 +108,7 @@ def feature_major_projection(modules: Sequence[nn.Module]) -> nn.Module:
         return DenseProjection(torch.cat([m.weight for m in modules]), _cat_biases(modules))
     if len(modules) > 1:
         return StackedProjection([feature_major_projection([m]) for m in modules])
-    return RowMajorProjection(modules)
+    raise UserError(f"{type(modules[0]).__name__} has no feature-major projection (streams_feature_major says which)")
 
 
 class StackedProjection(nn.Module):
@@ -203,8 +193,6 @@ class FeatureMajorBertEncoder(nn.Module):
     def forward(
         self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None, *args: Any, **kwargs: Any
     ) -> Any:
-        from transformers.modeling_outputs import BaseModelOutputWithPastAndCrossAttentions
-
         if kwargs.get("output_attentions") or kwargs.get("output_hidden_states"):
             raise UserError("the feature-major encoder returns the last hidden state only")
         batch, seq, hidden = hidden_states.shape
@@ -234,12 +222,21 @@ def _is_bert_encoder(module: nn.Module) -> bool:
                and hasattr(layer, "attention") and hasattr(layer, "intermediate") for layer in layers)  # fmt: skip
 
 
+def streams_feature_major(encoder: nn.Module) -> bool:
+    """Whether the encoder gains from the feature-major stream: it holds sparse layers and the TW kernels run every
+    one of them. A format that reads rows (2:4 on the sparse tensor cores) would pay two transposes per call in the
+    stream, more than the swapped twin pays (H200, BERT-base at 16 x 256 tokens: 1.31 against 1.28 ms,
+    bench/results/e2e_h200_bert.md)."""
+    sparse = [m for m in encoder.modules() if isinstance(m, SparseLinear)]
+    return bool(sparse) and all(_tw_weight(m) is not None for m in sparse)
+
+
 def with_feature_major_encoders(model: nn.Module) -> tuple[nn.Module, list[str]]:
-    """(model with each BERT encoder that holds a sparse layer replaced by its feature-major twin, in place, the
-    names replaced). Dense encoders stay as they are."""
+    """(model with each BERT encoder that `streams_feature_major` replaced by its feature-major twin, in place, the
+    names replaced). Dense encoders, and those whose sparse layers read rows, stay as they are."""
     replaced = []
     for name, module in list(model.named_modules()):
-        if _is_bert_encoder(module) and any(isinstance(m, SparseLinear) for m in module.modules()):
+        if _is_bert_encoder(module) and streams_feature_major(module):
             twin = FeatureMajorBertEncoder(module)
             parent_name, _, child = name.rpartition(".")
             setattr(model.get_submodule(parent_name) if parent_name else model, child, twin)

@@ -93,8 +93,13 @@ class TextClassifier(PrunableTask):
         return self.model(**model_inputs(batch)).logits
 
     def predict_batch(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Class logits: what export compares (sparse vs masked dense) and times."""
-        return self(batch)
+        """Class logits: what export compares (sparse vs masked dense) and times. The padding mask goes in as the 4-D
+        mask BertModel would build from it, which it takes as it is: built inside, it first asks the GPU whether any
+        token is padded, a host sync that no CUDA graph can capture, so the pass was timed as eager calls."""
+        inputs = model_inputs(batch)
+        if inputs.get("attention_mask") is not None and inputs["attention_mask"].dim() == 2:
+            inputs["attention_mask"] = inputs["attention_mask"].bool()[:, None, None, :]
+        return self.model(**inputs).logits
 
     def compute_loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """Cross entropy, also with distillation on: Taylor importance should rank weights by what they do for the task.

@@ -1,0 +1,234 @@
+"""Whole BERT-base inference on a GPU, as a user runs it: transformers' BertModel with a padding attention mask, the
+pruned model's twins against the faster of two dense baselines, all timed side by side in one run.
+
+Run from the repository root on a GPU with the extension built:
+    python -m bench.e2e_bench --out bench/results/e2e_h200_bert
+    python -m bench.e2e_bench --patterns tw75 --shapes 16x256 --out /tmp/e2e   # one case
+
+Models, each an fp16 BertModel (default BertConfig: 12 layers, hidden 768, FFN 3072, sdpa attention, no pooler) on
+token ids with an attention mask whose sequences are padded by 1/16 to 1/4 of their length:
+- dense: the unpruned model, CUDA-graph replays; dense compiled: torch.compile(mode="max-autotune-no-cudagraphs",
+  GEMMs autotuned) captured in the same CUDA graphs, which is what mode="max-autotune" adds; the baseline is the
+  faster of the two;
+- swapped: every encoder GEMM swapped for its packed module (sparsify), hidden states row-major;
+- stream: the feature-major encoder (export.feature_major_bert); stream compiled: that twin under torch.compile
+  (default mode), so LayerNorm, residual adds and attention's copies fuse between the sparse custom ops.
+Weights are the random initialisation, pruned layer by layer by magnitude to the pattern (bench.model_bench), every
+twin checked against the masked model in fp32 before timing. Each twin's GPU time per forward is broken down by
+kernel category from a profile of eager calls.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bench.common import (
+    exit_if_any_failed,
+    kernel_times,
+    markdown_table,
+    relative_error,
+    require_kernels,
+    time_in_turns,
+    write_results,
+)
+from bench.model_bench import bert_base, prune_in_place
+from sparseprune.export.feature_major_bert import with_feature_major_encoders
+from sparseprune.export.swap import sparsify
+from sparseprune.gemm_view import find_prunable
+
+log = logging.getLogger("e2e_bench")
+
+TW128, TW64 = {"name": "tw", "granularity": 128}, {"name": "tw", "granularity": 64}
+PATTERNS = {
+    "tw75": (TW128, 0.75),
+    "tw90": (TW128, 0.9),
+    "vw-2:8": ({"name": "nm", "n": 2, "m": 8, "vector": 64}, None),
+    "tw50": (TW128, 0.5),
+    "tw75-g64": (TW64, 0.75),
+    "2:4": ({"name": "nm", "n": 2, "m": 4}, None),
+}
+SHAPES = {"16x256": (16, 256), "1x256": (1, 256), "1x128": (1, 128)}
+VOCAB = 30522
+TOLERANCE = 1e-2  # fp16 through 12 layers against the fp32 masked model
+CATEGORIES = (
+    ("layout copies", ("transpose_kernel", "pad_rows")),
+    ("sparse GEMM", ("tw_", "nm_", "sp24", "sparse")),
+    ("dense GEMM", ("gemm", "nvjet", "xmma", "cublas", "cutlass", "triton_tem", "splitk", "matmul")),
+    ("attention", ("fmha", "attention", "flash", "efficient")),
+    ("LayerNorm", ("layer_norm", "var_mean", "welford", "triton_per", "triton_red")),
+    ("elementwise and copies", ("elementwise", "copy", "triton_poi", "cat", "index", "gelu", "add")),
+)
+COLUMNS = [
+    ("pattern", "pattern"),
+    ("sparsity", "sparsity"),
+    ("tokens", "tokens"),
+    ("dense_us", "dense graph µs"),
+    ("dense_compiled_us", "dense compiled µs"),
+    ("swapped_us", "swapped µs"),
+    ("stream_us", "stream µs"),
+    ("stream_compiled_us", "stream compiled µs"),
+    ("swapped_speedup", "swapped ×best dense"),
+    ("stream_speedup", "stream ×best dense"),
+    ("stream_compiled_speedup", "stream compiled ×best dense"),
+    ("worst_rel_err", "worst rel err"),
+]
+LEGEND = (
+    "Whole BERT-base forward (embeddings + 12 encoder layers, no pooler), fp16, eval mode, with a padding attention "
+    "mask; medians of CUDA-graph replays, every model timed in turns in the same rounds (bench.common.time_in_turns). "
+    "'×best dense' divides the faster of 'dense graph' (cuBLAS, cuDNN-free eager under a CUDA graph) and 'dense "
+    "compiled' (torch.compile max-autotune, captured likewise) by the twin's time. 'swapped': each encoder GEMM a "
+    "packed module, hidden states row-major; 'stream': the feature-major encoder; 'stream compiled': it under "
+    "torch.compile. 'worst rel err': the largest max-abs error over the twins against the fp32 masked model, "
+    "relative to its largest output."
+)
+
+
+def category(kernel: str) -> str:
+    """The breakdown's category of a kernel, by its name."""
+    name = kernel.lower()
+    return next((cat for cat, keys in CATEGORIES if any(key in name for key in keys)), "other")
+
+
+def breakdown(fn: Any) -> dict[str, float]:
+    """Device µs per forward in each kernel category, from a profile of three eager calls."""
+    totals: dict[str, float] = {}
+    for kernel, us in kernel_times(fn, calls=3).items():
+        totals[category(kernel)] = totals.get(category(kernel), 0.0) + us
+    return dict(sorted(totals.items(), key=lambda item: -item[1]))
+
+
+def padding_mask(batch: int, seq: int) -> torch.Tensor:
+    """The 4-D mask (batch, 1, 1, seq) of sequences where sequence i keeps seq - (1 + i % 4) * seq / 16 tokens, as
+    TextClassifier.predict_batch hands it to BertModel (built inside from a 2-D mask, it costs a host sync that no
+    CUDA graph captures)."""
+    lengths = torch.tensor([seq - (1 + i % 4) * seq // 16 for i in range(batch)], device="cuda")
+    return (torch.arange(seq, device="cuda")[None, :] < lengths[:, None])[:, None, None, :]
+
+
+def forward(net: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return net(input_ids=ids, attention_mask=mask).last_hidden_state
+
+
+def compiled(net: torch.nn.Module, mode: str | None) -> torch.nn.Module:
+    return torch.compile(net, mode=mode, dynamic=False)
+
+
+def timed(fn: Any) -> tuple[Any, float]:
+    """fn's first call (which compiles, for a compiled model) and its seconds."""
+    start = time.perf_counter()
+    out = fn()
+    torch.cuda.synchronize()
+    return out, time.perf_counter() - start
+
+
+def run_pattern(
+    name: str, dense: dict[str, torch.nn.Module], shapes: list[str], deadline: float
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The rows of one pattern at every shape, and each twin's kernel breakdown per shape."""
+    pattern, sparsity = PATTERNS[name]
+    model = bert_base(False)
+    weights = find_prunable(model, ("*embeddings*",))
+    packed, target = prune_in_place(weights, pattern, sparsity or 0.5)
+    masked32 = model.cuda()
+    swapped = sparsify(model, weights, packed).cuda().half()
+    stream, replaced = with_feature_major_encoders(copy.deepcopy(swapped))
+    twins = {"swapped": swapped, "stream": stream, "stream_compiled": compiled(stream, None)}
+    if not replaced:  # a format that reads rows keeps the swapped layers
+        twins = {"swapped": swapped}
+    rows, breakdowns = [], {}
+    for shape in shapes:
+        if time.monotonic() > deadline:
+            log.warning("out of time: %s skipped from %s on", name, shape)
+            break
+        batch, seq = SHAPES[shape]
+        ids = torch.randint(0, VOCAB, (batch, seq), device="cuda", generator=torch.Generator("cuda").manual_seed(0))
+        mask = padding_mask(batch, seq)
+        real = mask[:, 0, 0, :]
+        row: dict[str, Any] = {"pattern": name, "sparsity": target, "tokens": f"{batch} × {seq}"}
+        with torch.inference_mode():
+            ref = forward(masked32, ids, mask)[real]
+            for twin, net in twins.items():
+                out, seconds = timed(lambda net=net, ids=ids, mask=mask: forward(net, ids, mask))
+                row[f"{twin}_rel_err"] = relative_error(out[real], ref)
+                row[f"{twin}_first_call_s"] = seconds
+            calls = {
+                key: (lambda net=net, ids=ids, mask=mask: forward(net, ids, mask))
+                for key, net in {**dense[shape], **twins}.items()
+            }
+            timings = time_in_turns(calls)
+            breakdowns[shape] = {twin: breakdown(calls[twin]) for twin in calls}
+        for key, timing in timings.items():
+            row[f"{key}_us"] = timing.median_us
+            if not timing.graphed:
+                row.setdefault("eager", []).append(key)
+        best = min(row["dense_us"], row["dense_compiled_us"])
+        row["best_dense_us"] = best
+        for twin in twins:
+            row[f"{twin}_speedup"] = best / row[f"{twin}_us"]
+        row["worst_rel_err"] = max(row[f"{twin}_rel_err"] for twin in twins)
+        row["passed"] = row["worst_rel_err"] <= TOLERANCE
+        row["breakdown_us"] = breakdowns[shape]
+        rows.append(row)
+        log.info("%s %s: %s best dense (%.0f us)", name, shape,
+                 {twin: round(row[f"{twin}_speedup"], 2) for twin in twins}, best)  # fmt: skip
+    return rows, breakdowns
+
+
+def breakdown_table(rows: list[dict[str, Any]]) -> str:
+    """Per-forward GPU µs by kernel category, one line per pattern, shape and model."""
+    lines = []
+    for row in rows:
+        for model, parts in row["breakdown_us"].items():
+            lines.append({"case": f"{row['pattern']} {row['tokens']}", "model": model,
+                          **{cat: round(us, 1) for cat, us in parts.items()}})  # fmt: skip
+    cats = [cat for cat, _ in CATEGORIES] + ["other"]
+    return markdown_table(lines, [("case", "case"), ("model", "model"), *((c, f"{c} µs") for c in cats)])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--patterns", nargs="*", default=list(PATTERNS), choices=list(PATTERNS))
+    parser.add_argument("--shapes", nargs="*", default=list(SHAPES), choices=list(SHAPES))
+    parser.add_argument("--deadline-s", type=float, default=1e9, help="skip what would start after this many seconds")
+    parser.add_argument("--out", type=Path, default=None, help="results prefix: writes PREFIX.json and PREFIX.md")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    deadline = time.monotonic() + args.deadline_s
+    require_kernels("e2e_bench")
+    # Every model recompiles per token shape, and dynamo counts the compilations of BertModel.forward's frames over
+    # all models together: past the default limit it would run the later ones uncompiled.
+    torch._dynamo.config.recompile_limit = torch._dynamo.config.accumulated_recompile_limit = 1024
+    dense16 = bert_base(False).cuda().half()
+    dense_compiled = compiled(dense16, "max-autotune-no-cudagraphs")
+    dense: dict[str, dict[str, torch.nn.Module]] = {}
+    with torch.inference_mode():
+        for shape in args.shapes:
+            batch, seq = SHAPES[shape]
+            ids, mask = torch.zeros(batch, seq, dtype=torch.long, device="cuda"), padding_mask(batch, seq)
+            _, seconds = timed(lambda ids=ids, mask=mask: forward(dense_compiled, ids, mask))
+            log.info("dense compiled at %s in %.0f s", shape, seconds)
+            dense[shape] = {"dense": dense16, "dense_compiled": dense_compiled}
+    rows: list[dict[str, Any]] = []
+    for name in args.patterns:
+        if time.monotonic() > deadline:
+            log.warning("out of time: %s and later patterns skipped", name)
+            break
+        case_rows, _ = run_pattern(name, dense, args.shapes, deadline)
+        rows += case_rows
+        if args.out:
+            write_results(args.out, rows, COLUMNS, [LEGEND, "", "GPU time per forward by kernel category (µs, "
+                                                    "profiled eager calls):", "", breakdown_table(rows)])  # fmt: skip
+    print(markdown_table(rows, COLUMNS))
+    print(breakdown_table(rows))
+    exit_if_any_failed(rows, "models")
+
+
+if __name__ == "__main__":
+    main()
