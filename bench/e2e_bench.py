@@ -130,8 +130,8 @@ def timed(fn: Any) -> tuple[Any, float]:
 
 def run_pattern(
     name: str, dense: dict[str, torch.nn.Module], shapes: list[str], deadline: float
-) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """The rows of one pattern at every shape, and each twin's kernel breakdown per shape."""
+) -> list[dict[str, Any]]:
+    """The rows of one pattern at every shape, each with its models' kernel breakdown."""
     pattern, sparsity = PATTERNS[name]
     model = bert_base(False)
     weights = find_prunable(model, ("*embeddings*",))
@@ -142,7 +142,7 @@ def run_pattern(
     twins = {"swapped": swapped, "stream": stream, "stream_compiled": compiled(stream, None)}
     if not replaced:  # a format that reads rows keeps the swapped layers
         twins = {"swapped": swapped}
-    rows, breakdowns = [], {}
+    rows = []
     for shape in shapes:
         if time.monotonic() > deadline:
             log.warning("out of time: %s skipped from %s on", name, shape)
@@ -163,7 +163,7 @@ def run_pattern(
                 for key, net in {**dense[shape], **twins}.items()
             }
             timings = time_in_turns(calls)
-            breakdowns[shape] = {twin: breakdown(calls[twin]) for twin in calls}
+            row["breakdown_us"] = {twin: breakdown(calls[twin]) for twin in calls}
         for key, timing in timings.items():
             row[f"{key}_us"] = timing.median_us
             if not timing.graphed:
@@ -174,11 +174,10 @@ def run_pattern(
             row[f"{twin}_speedup"] = best / row[f"{twin}_us"]
         row["worst_rel_err"] = max(row[f"{twin}_rel_err"] for twin in twins)
         row["passed"] = row["worst_rel_err"] <= TOLERANCE
-        row["breakdown_us"] = breakdowns[shape]
         rows.append(row)
         log.info("%s %s: %s best dense (%.0f us)", name, shape,
                  {twin: round(row[f"{twin}_speedup"], 2) for twin in twins}, best)  # fmt: skip
-    return rows, breakdowns
+    return rows
 
 
 def breakdown_table(rows: list[dict[str, Any]]) -> str:
@@ -220,8 +219,7 @@ def main() -> None:
         if time.monotonic() > deadline:
             log.warning("out of time: %s and later patterns skipped", name)
             break
-        case_rows, _ = run_pattern(name, dense, args.shapes, deadline)
-        rows += case_rows
+        rows += run_pattern(name, dense, args.shapes, deadline)
         if args.out:
             write_results(args.out, rows, COLUMNS, [LEGEND, "", "GPU time per forward by kernel category (µs, "
                                                     "profiled eager calls):", "", breakdown_table(rows)])  # fmt: skip

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from sparseprune.export.formats.extension import load_kernels
-from sparseprune.export.formats.tw import KERNEL_DTYPES, PackedTW, host_copy, tw_matmul_reference
+from sparseprune.export.formats.tw import ACTIVATIONS, KERNEL_DTYPES, PackedTW, host_copy, tw_matmul_reference
 
 ROW_FLEXIBLE_PATHS = (0, 7)  # "auto" and "wgmma.rows" plan their work items on the host from tile_ptr
 
@@ -45,7 +45,7 @@ def tw_matmul_op(
     if kernels is None or not x.is_cuda or x.dtype not in KERNEL_DTYPES:
         packed = PackedTW((k, n), granularity, max_tile_k, values, rows, tile_ptr, cols, col_pos, pruned_cols,
                           res_ptr, res_rows, res_vals)  # fmt: skip
-        names = {0: None, 1: "relu", 2: "gelu"}
+        names = {code: name for name, code in ACTIVATIONS.items()}
         y = tw_matmul_reference(x.t() if x_feature_major else x, packed, bias, names[activation])
         return y.t().contiguous() if y_feature_major else y
     return kernels.tw_matmul(
