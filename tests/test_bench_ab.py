@@ -1,4 +1,4 @@
-"""bench.tw_ab's summary of two builds' timings: fastest median per build and case, gains against the baseline (CPU)."""
+"""bench.probes.tw_ab's summary of two builds' timings: fastest median per build and case, gains on the base (CPU)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from bench.tw_ab import parse_case, summarize
+from bench.probes.tw_ab import parse_case, summarize
 
 
 def _line(tag: str, case: str, tw_us: float, dense_us: float, err: float = 1e-4) -> dict[str, object]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench.tw_balance import balance_row, lpt_peak, static_schedule_peak
+from bench.probes.tw_balance import balance_row, lpt_peak, static_schedule_peak
 
 
 def test_static_schedule_alternates_direction_per_round() -> None:

@@ -2,7 +2,7 @@
 
     ncu --profile-from-start off --nvtx --section SpeedOfLight --section LaunchStats --section Occupancy \
         --section WarpStateStats --section MemoryWorkloadAnalysis --section SchedulerStats \
-        --section ComputeWorkloadAnalysis python -m bench.ncu_kernels [--cases NAME ...]
+        --section ComputeWorkloadAnalysis python -m bench.probes.ncu_kernels [--cases NAME ...]
 
 Default cases: the TW kernels (wgmma.ws and wgmma, feature-major x, G=128, 75%) at BERT QKV and 8192^3, and the
 2:4 sparse-tensor-core kernel next to cuBLAS at 8192^3 and BERT FFN in. Other cases profile the long-item TW

@@ -3,7 +3,7 @@
 Where the SpMV's time grows with the rows, its tensor-core GEMV (from a few rows) and the sparse tensor cores hardly
 move; this sweep shows where `auto` changes route. Every case is checked against fp32 on fresh random inputs, and
 every timed call reads its weight from HBM (bench.common.Rotation). Run on a GPU with the extension built:
-    python -m bench.nm_rows --out bench/results/nm_h200_rows
+    python -m bench.probes.nm_rows --out bench/results/nm_h200_rows
 """
 
 from __future__ import annotations

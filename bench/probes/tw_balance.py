@@ -7,7 +7,7 @@ SM ran as fast as cuBLAS, since the ideal GEMM spreads its evenly. 'LPT' is the 
 assignment, which no static rule beats by much. The masks are the TW benchmark's (bench_tw_mask, same seeds), so
 joined with a results file of that benchmark (`--measured`) the table sets each case's measured fraction of the
 ideal ratio beside its balance; their quotient is the kernel's speed per busy SM against cuBLAS's:
-    python -m bench.tw_balance --measured bench/results/tw_h200_full_ae2c629.json --out bench/results/tw_balance
+    python -m bench.probes.tw_balance --measured bench/results/tw_h200_full_idle.json --out bench/results/tw_balance
 """
 
 from __future__ import annotations

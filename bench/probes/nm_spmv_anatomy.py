@@ -1,13 +1,13 @@
 """What element-wise N:M's SpMV time at one row of x is made of (GPU).
 
-Builds bench/nm_spmv_anatomy.cu with torch's extension loader: the SpMV reduced to its M = 1 core, the same kernel
-with parts of its work left out (reading x, staging x, x altogether, everything but the weight's bytes), and trial
-designs of its parts (multicast staging of x over a cluster, the older shift-and-mask decoding, two panels per CTA).
-Each is timed beside the extension's SpMV, dense cuBLAS, and cuBLAS on a dense weight of the packed weight's bytes,
-every call reading its weight from HBM (bench.common.Rotation). The core and the trial designs are checked against
-fp32 like the SpMV; the variants that leave work out compute other sums and are timed only. Run on a GPU with the
-extension built:
-    python -m bench.nm_spmv_anatomy --out bench/results/nm_h200_spmv_anatomy
+Builds bench/probes/nm_spmv_anatomy.cu with torch's extension loader: the SpMV reduced to its M = 1 core, the same
+kernel with parts of its work left out (reading x, staging x, x altogether, everything but the weight's bytes), and
+trial designs of its parts (multicast staging of x over a cluster, the older shift-and-mask decoding, two panels per
+CTA). Each is timed beside the extension's SpMV, dense cuBLAS, and cuBLAS on a dense weight of the packed weight's
+bytes, every call reading its weight from HBM (bench.common.Rotation). The core and the trial designs are checked
+against fp32 like the SpMV; the variants that leave work out compute other sums and are timed only. Run on a GPU with
+the extension built:
+    python -m bench.probes.nm_spmv_anatomy --out bench/results/nm_h200_spmv_anatomy
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from bench.common import (
     dense_yardsticks,
     finish_row,
     finish_sweep,
-    load_bench_extension,
     relative_error,
     require_kernels,
     sweep_parser,
@@ -30,6 +29,7 @@ from bench.common import (
     time_variants,
 )
 from bench.nm_bench import parse_pattern, random_nm_mask
+from bench.probes import load_probe_extension
 from sparseprune.export.formats.nm import nm_matmul, pack_nm
 
 K = 4096
@@ -103,13 +103,13 @@ def main() -> None:
     parser.add_argument("--widths", nargs="*", type=int, default=[11008, 5632], help="N; multiples of 128")
     args = parser.parse_args()
     require_kernels("nm_spmv_anatomy")
-    ext = load_bench_extension(__file__)
+    ext = load_probe_extension(__file__)
     rows = run(ext, args.patterns, args.widths, args.seed)
     notes = [
         f"fp16, K = {K}, one row of x, element-wise N:M in the 32-column panels with 4-bit positions; medians of "
         "CUDA-graph replays, weights read from HBM. 'SpMV' is nm_matmul's CUDA-core route (kernels_ext/nm_gemm.cu); "
         "'dense, same bytes' is cuBLAS on a dense K x N' weight with as many bytes as the packed one. The variants "
-        "of bench/nm_spmv_anatomy.cu:",
+        "of bench/probes/nm_spmv_anatomy.cu:",
         "",
         *[f"- {key}: {what}." for key, _, what, _ in PARTS],
     ]

@@ -1,12 +1,12 @@
 """How fast the warp-specialized TW kernel's producer can gather kept rows of xT alone, by cp.async or by the TMA unit
 (GPU).
 
-Builds bench/tw_gather_probe.cu with torch's extension loader and times its gather-only kernel on the 8192^3 case's
-operand (xT of 8192 x 8192 fp16, 32 tiles of 4096 kept rows at 75%, 256-row items, four or six 32 KB stages per SM), so
-the rate compares with what the TW kernel moves at that shape and with what it would need at cuBLAS's speed. Each
-mode first runs a check that compares every chunk of each CTA's first stages with xT (a TMA box of one row lands
+Builds bench/probes/tw_gather_probe.cu with torch's extension loader and times its gather-only kernel on the 8192^3
+case's operand (xT of 8192 x 8192 fp16, 32 tiles of 4096 kept rows at 75%, 256-row items, four or six 32 KB stages per
+SM), so the rate compares with what the TW kernel moves at that shape and with what it would need at cuBLAS's speed.
+Each mode first runs a check that compares every chunk of each CTA's first stages with xT (a TMA box of one row lands
 where wgmma reads it only if the unit swizzles by shared-memory address). Run on a GPU:
-    python -m bench.tw_gather_probe --out bench/results/tw_h200_gather_probe
+    python -m bench.probes.tw_gather_probe --out bench/results/tw_h200_gather_probe
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from typing import Any
 
 import torch
 
-from bench.common import finish_sweep, load_bench_extension, markdown_table, sweep_parser, time_cuda
+from bench.common import finish_sweep, markdown_table, sweep_parser, time_cuda
+from bench.probes import load_probe_extension
 
 MODES = [
     (0, "cp.async", "16-byte cp.async by the 128 producer threads, as the TW kernel gathers"),
@@ -67,7 +68,7 @@ def main() -> None:
     args = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("tw_gather_probe needs a CUDA GPU")
-    ext = load_bench_extension(__file__)
+    ext = load_probe_extension(__file__)
     gen = torch.Generator().manual_seed(args.seed)
     xt = torch.randn(args.k, args.m, generator=gen).half().cuda()
     rows = torch.stack([torch.randperm(args.k, generator=gen)[: args.kept].sort().values for _ in range(args.tiles)])
@@ -75,7 +76,7 @@ def main() -> None:
     results = [run_mode(ext, mode, name, xt, rows, args.kept) for mode, name, _ in MODES]
     results += [run_mode(ext, 0, MODES[0][1], xt, rows, args.kept, group) for group in args.tile_groups]
     notes = [
-        "Medians of CUDA-graph replays of the gather-only kernel of bench/tw_gather_probe.cu: one CTA per SM, "
+        "Medians of CUDA-graph replays of the gather-only kernel of bench/probes/tw_gather_probe.cu: one CTA per SM, "
         "items of 256 M rows of one tile, four stages (six in the last mode) of 64 kept rows x 256 M elements "
         "(32 KB), 128-byte swizzled as the TW kernel's wgmma reads them; the consumer warpgroup hands each stage "
         "back when it lands. Modes:",

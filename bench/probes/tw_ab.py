@@ -4,11 +4,11 @@ Repeated timings of one case spread by up to 10% between processes at 8192^3 on 
 changes move it, so a comparison runs both builds in one device session, alternating their order over rounds, and
 keeps each build's fastest median. From each tree's root (the same cases, masks, inputs and, at the decode sizes,
 weights read from HBM as `tw_bench`):
-    python -m bench.tw_ab time --tag base --cases cube_8192:128:0.9 bert_qkv:128:0.75 >> ab.jsonl
+    python -m bench.probes.tw_ab time --tag base --cases cube_8192:128:0.9 bert_qkv:128:0.75 >> ab.jsonl
 A case may name its rows of x (`lstm_gates:128:0.75:32`); `--row-major` times x and y row-major (`matmul`, with
 whatever transposes the call makes) instead of feature-major (`matmul_feature_major`); `--kernel` forces one
 kernel instead of `auto` (the summary then compares that kernel's two builds). And at the end
-    python -m bench.tw_ab summarize ab.jsonl --out bench/results/NAME
+    python -m bench.probes.tw_ab summarize ab.jsonl --out bench/results/NAME
 Every timed case is first checked against the fp32 reference; the summary reports the largest error.
 """
 

@@ -3,7 +3,7 @@
 epilogue, and torch's GELU pass. One encoder layer, TW G = 128 at 75%, fp16, 16 and 1 sequences of 256 tokens.
 
 Run from the repository root on a GPU with the extension built (prints one dict of µs per batch):
-    python -m bench.bert_ffn_chain
+    python -m bench.probes.bert_ffn_chain
 """
 
 from __future__ import annotations

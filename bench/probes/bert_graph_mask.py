@@ -9,7 +9,7 @@ forward's kernels (profiled), the fused attention kernel that ran (none on the m
 replays.
 
 Run from the repository root on a GPU:
-    python -m bench.bert_graph_mask --out bench/results/bert_graph_mask_h200
+    python -m bench.probes.bert_graph_mask --out bench/results/bert_graph_mask_h200
 """
 
 from __future__ import annotations

@@ -1,14 +1,14 @@
 """What the TW GEMV's time at one row of x is made of, against the weight-bytes bound (GPU).
 
-Builds bench/tw_gemv_anatomy.cu with torch's extension loader: the whole-x GEMV reduced to its M = 1 core, the core
-with parts of its work left out (x, then the row indices), and the same bytes split between CTAs by quarters of a
-tile's kept rows instead of 32-column slices (each CTA then reads one contiguous block). They run on the packed
-weights of the TW benchmark's decode case (4096 -> 11008, G = 128, the same masks), beside the GEMV itself, dense
-cuBLAS and cuBLAS on a dense weight of the packed values' bytes, every call reading its weight from HBM
-(bench.common.Rotation). 'bound µs' is dense cuBLAS's time scaled by packed bytes / dense bytes, the time at the
-issue's weight-bytes bound. The core variants are checked against fp32; the others compute other sums and are
-timed only. Run on a GPU with the extension built:
-    python -m bench.tw_gemv_anatomy --out bench/results/tw_h200_gemv_anatomy
+Builds bench/probes/tw_gemv_anatomy.cu with torch's extension loader: the whole-x GEMV reduced to its M = 1 core, the
+core with parts of its work left out (x, then the row indices), and the same bytes split between CTAs by quarters of a
+tile's kept rows instead of 32-column slices (each CTA then reads one contiguous block). They run on the packed weights
+of the TW benchmark's decode case (4096 -> 11008, G = 128, the same masks), beside the GEMV itself, dense cuBLAS and
+cuBLAS on a dense weight of the packed values' bytes, every call reading its weight from HBM (bench.common.Rotation).
+'bound µs' is dense cuBLAS's time scaled by packed bytes / dense bytes, the time at the issue's weight-bytes bound. The
+core variants are checked against fp32; the others compute other sums and are timed only. Run on a GPU with the
+extension built:
+    python -m bench.probes.tw_gemv_anatomy --out bench/results/tw_h200_gemv_anatomy
 """
 
 from __future__ import annotations
@@ -24,13 +24,13 @@ from bench.common import (
     dense_yardsticks,
     finish_row,
     finish_sweep,
-    load_bench_extension,
     relative_error,
     require_kernels,
     sweep_parser,
     time_cuda,
     time_variants,
 )
+from bench.probes import load_probe_extension
 from bench.tw_bench import SHAPES, bench_tw_mask
 from sparseprune.export.formats.tw import PackedTW, pack_tw
 
@@ -113,7 +113,7 @@ def main() -> None:
     parser.add_argument("--sparsities", nargs="*", type=float, default=[0.5, 0.75, 0.9])
     args = parser.parse_args()
     require_kernels("tw_gemv_anatomy")
-    ext = load_bench_extension(__file__)
+    ext = load_probe_extension(__file__)
     rows: list[dict[str, Any]] = []
     for sparsity in args.sparsities:
         row, errors = run_case(ext, sparsity, args.seed)
@@ -123,7 +123,8 @@ def main() -> None:
         "benchmark's masks (kept K within ±40% of the mean per tile); medians of CUDA-graph replays, weights read "
         "from HBM. 'TW GEMV' is the extension's call (kernels_ext/tw_gemv.cu, epilogue and pruned columns included); "
         "'bound' is the time at the weight-bytes bound (dense µs × packed / dense bytes); 'dense, same bytes' is "
-        "cuBLAS on a dense K x N' weight with the packed values' bytes. The variants of bench/tw_gemv_anatomy.cu:",
+        "cuBLAS on a dense K x N' weight with the packed values' bytes. The variants of "
+        "bench/probes/tw_gemv_anatomy.cu:",
         "",
         *[f"- {key}: {what}." for key, _, what, _ in PARTS],
     ]

@@ -7,8 +7,8 @@ nvidia-smi after each timing; then all four in turns (`bench.common.time_in_turn
 after one untimed batch, after 50 ms of untimed batches, and after 50 ms of an idle GPU and one untimed batch (what
 the benchmarks do). The three names of one kernel should read alike; where they do not, the difference is the GPU's
 state, which the call before left.
-    python -m bench.timing_drift --out bench/results/tw_h200_timing_turns
-    python -m bench.timing_drift --cases 2:4@256x8192x4096 2:4@256x4096x4096 --passes 1 \
+    python -m bench.probes.timing_drift --out bench/results/tw_h200_timing_turns
+    python -m bench.probes.timing_drift --cases 2:4@256x8192x4096 2:4@256x4096x4096 --passes 1 \
         --out bench/results/sp24_h200_timing_positions
 """
 
