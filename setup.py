@@ -71,6 +71,7 @@ def _extensions() -> tuple[list, dict]:
         "kernels_ext/nm_gemm.cu",
         "kernels_ext/nm_gemv_mma.cu",
         "kernels_ext/im2col.cu",
+        "kernels_ext/layer_norm.cu",
     ]
     include_dirs = [str(ROOT / "kernels_ext")]
     cxx_flags, nvcc_flags = ["-O3"], ["-O3"]  # torch picks the C++ standard it needs
@@ -80,7 +81,7 @@ def _extensions() -> tuple[list, dict]:
         # One file per GEMM kernel (CTA tile, with or without a source), so they compile in parallel.
         sources += ["kernels_ext/sp24_gemm.cu"] + [
             f"kernels_ext/sp24_gemm_{tile}{source}.cu"
-            for tile in ("wide", "tall", "pingpong", "wide192", "narrow")
+            for tile in ("wide", "tall", "pingpong", "narrow")
             for source in ("", "_source")
         ]
         include_dirs += cutlass

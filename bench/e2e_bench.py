@@ -96,12 +96,18 @@ def category(kernel: str) -> str:
     return next((cat for cat, keys in CATEGORIES if any(key in name for key in keys)), "other")
 
 
-def breakdown(fn: Any) -> dict[str, float]:
-    """Device µs per forward in each kernel category, from a profile of three eager calls."""
+TOP_KERNELS = 12
+
+
+def breakdown(fn: Any) -> tuple[dict[str, float], dict[str, float]]:
+    """Device µs per forward in each kernel category, and of the longest kernels by name, from a profile of three
+    eager calls."""
     totals: dict[str, float] = {}
-    for kernel, us in kernel_times(fn, calls=3).items():
+    kernels = kernel_times(fn, calls=3)
+    for kernel, us in kernels.items():
         totals[category(kernel)] = totals.get(category(kernel), 0.0) + us
-    return dict(sorted(totals.items(), key=lambda item: -item[1]))
+    top = {kernel[:160]: round(us, 1) for kernel, us in list(kernels.items())[:TOP_KERNELS]}
+    return dict(sorted(totals.items(), key=lambda item: -item[1])), top
 
 
 def padding_mask(batch: int, seq: int) -> torch.Tensor:
@@ -163,7 +169,9 @@ def run_pattern(
                 for key, net in {**dense[shape], **twins}.items()
             }
             timings = time_in_turns(calls)
-            row["breakdown_us"] = {twin: breakdown(calls[twin]) for twin in calls}
+            profiles = {twin: breakdown(calls[twin]) for twin in calls}
+            row["breakdown_us"] = {twin: parts for twin, (parts, _) in profiles.items()}
+            row["top_kernels_us"] = {twin: top for twin, (_, top) in profiles.items()}
         for key, timing in timings.items():
             row[f"{key}_us"] = timing.median_us
             if not timing.graphed:

@@ -58,7 +58,7 @@ LEGEND = (
     "(values + in-group positions: 4 bits each for element-wise N:M with M <= 16, else 1 byte), the M = 1 ceiling. "
     "'HW 2:4' is the CUTLASS sm90 sparse-tensor-core GEMM (kernel sp24) "
     "on the same mask, forced at every M, checked against fp32 like the rest, with the CTA tile its shape rule picks "
-    "(cooperative 'wide' 128 features x 256 rows, 'tall' 256 x 128, 'wide192' 128 x 192 and 'narrow' 128 x 64, "
+    "(cooperative 'wide' 128 features x 256 rows, 'tall' 256 x 128 and 'narrow' 128 x 64, "
     "'pingpong' 128 x 128 per consumer warpgroup: each also forced); torch 2:4 is cuSPARSELt through "
     "to_sparse_semi_structured, which prunes B by magnitude itself (timing only)."
 )

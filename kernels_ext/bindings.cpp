@@ -10,8 +10,10 @@
 
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "im2col.h"
+#include "layer_norm.h"
 #include "nm_gemm.h"
 #include "tw_gemm.h"
 
@@ -471,6 +473,41 @@ at::Tensor sp24_matmul(const at::Tensor& x, const at::Tensor& values, const at::
 }
 #endif
 
+// LayerNorm(x + residual) over dim 0 of feature-major (H, T) activations: the residual stream of the
+// feature-major BERT encoder (sparseprune/export/feature_major_bert.py) between its sparse GEMMs.
+at::Tensor add_layer_norm_feature_major(const at::Tensor& x, const at::Tensor& residual, const at::Tensor& weight,
+                                        const at::Tensor& bias, double eps) {
+  check_activations(x);
+  const at::Device device = x.device();
+  const int64_t H = x.size(0), T = x.size(1);
+  TORCH_CHECK(sparseprune::norm::supports(H), "H (dim 0 of x) must be a positive multiple of ",
+              num(sparseprune::norm::kHStep), " up to ", num(sparseprune::norm::kMaxH), ", got ", num(H));
+  check_cuda_tensor(residual, "residual", device);
+  TORCH_CHECK(residual.sizes() == x.sizes(), "residual must have x's shape ", shape(x.sizes()), ", got ",
+              shape(residual.sizes()));
+  for (const auto& [t, name] : {std::pair{&residual, "residual"}, {&weight, "weight"}, {&bias, "bias"}}) {
+    check_cuda_tensor(*t, name, device);
+    TORCH_CHECK(t->scalar_type() == x.scalar_type(), name, " is ", t->scalar_type(), " but x is ", x.scalar_type());
+  }
+  TORCH_CHECK(weight.numel() == H && bias.numel() == H, "weight and bias must have H = ", num(H), " entries");
+  const c10::cuda::CUDAGuard guard(device);
+  at::Tensor out = at::empty({H, T}, x.options());
+  sparseprune::norm::Problem p{};
+  p.x = x.data_ptr();
+  p.residual = residual.data_ptr();
+  p.weight = weight.data_ptr();
+  p.bias = bias.data_ptr();
+  p.out = out.data_ptr();
+  p.H = H;
+  p.T = T;
+  p.eps = static_cast<float>(eps);
+  p.dtype = x.scalar_type() == at::kHalf ? sparseprune::norm::DType::kHalf : sparseprune::norm::DType::kBFloat16;
+  p.stream = c10::cuda::getCurrentCUDAStream(device.index()).stream();
+  const char* err = sparseprune::norm::launch_add_layer_norm(p);
+  TORCH_CHECK(err == nullptr, "add_layer_norm_feature_major launch failed: ", err ? err : "");
+  return out;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -486,6 +523,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         pybind11::arg("x"), pybind11::arg("values"), pybind11::arg("idx"), pybind11::arg("bias"), pybind11::arg("K"),
         pybind11::arg("N"), pybind11::arg("m"), pybind11::arg("kept"), pybind11::arg("vector"),
         pybind11::arg("activation"));
+  m.def("add_layer_norm_feature_major", &add_layer_norm_feature_major,
+        "LayerNorm(x + residual) over dim 0 of feature-major (H, T) activations", pybind11::arg("x"),
+        pybind11::arg("residual"), pybind11::arg("weight"), pybind11::arg("bias"), pybind11::arg("eps"));
   m.def("im2col_feature_major", &im2col_feature_major,
         "im2col of x (B, C, H, W) into (C*kh*kw, B*oh*ow), the feature-major layout of the TW kernels",
         pybind11::arg("x"), pybind11::arg("kh"), pybind11::arg("kw"), pybind11::arg("dh"), pybind11::arg("dw"),

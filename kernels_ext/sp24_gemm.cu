@@ -31,12 +31,8 @@ constexpr bool kSharesLayout = std::is_same_v<typename Sp24Kernel<cutlass::half_
                                               typename Sp24Kernel<cutlass::half_t, Tile, kAddsSource>::SparseConfig>;
 template <class... Tiles>
 constexpr bool kAllShareLayout = ((kSharesLayout<Tiles, false> && kSharesLayout<Tiles, true>) && ...);
-static_assert(kAllShareLayout<WideTile, TallTile, PingpongTile, Wide192Tile, NarrowTile>,
+static_assert(kAllShareLayout<WideTile, TallTile, PingpongTile, NarrowTile>,
               "every kernel must read the one compressed layout");
-
-template <class Tile>
-constexpr int kStages = Sp24Kernel<cutlass::half_t, Tile, false>::Mainloop::DispatchPolicy::Stages;
-static_assert(kStages<Wide192Tile> > kStages<WideTile>, "the 192-row tile is there for the stage the wide tile lacks");
 
 ProblemShape weight_shape(int64_t N, int64_t K) {
   return {static_cast<int>(N), 1, static_cast<int>(K), 1};
@@ -83,13 +79,11 @@ constexpr KernelEntries kKernelEntries[2][static_cast<int>(kLastTile) + 1] = {
      SPARSEPRUNE_SP24_ENTRIES(wide),
      SPARSEPRUNE_SP24_ENTRIES(tall),
      SPARSEPRUNE_SP24_ENTRIES(pingpong),
-     SPARSEPRUNE_SP24_ENTRIES(wide192),
      SPARSEPRUNE_SP24_ENTRIES(narrow)},
     {{},
      SPARSEPRUNE_SP24_ENTRIES(wide_source),
      SPARSEPRUNE_SP24_ENTRIES(tall_source),
      SPARSEPRUNE_SP24_ENTRIES(pingpong_source),
-     SPARSEPRUNE_SP24_ENTRIES(wide192_source),
      SPARSEPRUNE_SP24_ENTRIES(narrow_source)},
 };
 #undef SPARSEPRUNE_SP24_ENTRIES
@@ -123,7 +117,10 @@ Tile resolve_tile(const Problem& p) {
   // output features leave the cooperative tiles (256 x 128) on at most half the SMs, the ping-pong tile's twice as
   // many tiles fill more of them: over nmSPARSE's operator shapes on an H200 (bench/results/nm_h200_nmsparse_shapes.md)
   // 1.25-1.69x faster than the tile the rule above took, at M = 256 and at M = 1024 with 1024 features. At one block
-  // of rows (decode) the tall tile stays: the ping-pong tile was 1-4% slower there (sp24_h200.md, sp24_h200_turns.md).
+  // of 65-128 rows the tall tile stays: the ping-pong tile was 1-4% slower there (sp24_h200.md, sp24_h200_turns.md).
+  // Up to one narrow block of rows the narrow tile wastes less arithmetic on padding and streams the weight from
+  // twice the tall tile's SMs (H200, 16 rows of 4096 -> 11008: 20.7 us against the tall tile's 30.5).
+  if (p.M <= kNarrowMaxM) return Tile::kNarrow;
   const int64_t cooperative_tiles = (p.N + 255) / 256 * ((p.M + 127) / 128);
   if (p.M > 128 && 2 * cooperative_tiles <= p.num_sms) return Tile::kPingpong;
   if (p.N >= kTallMinN) return Tile::kTall;

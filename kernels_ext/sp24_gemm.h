@@ -20,12 +20,13 @@ using tw::DType;
 constexpr int kKAlign = 16;  // K multiple: the compressed rows (K/2 elements) must be 16-byte aligned for TMA
 constexpr int kNAlign = 8;   // N multiple: 16-byte aligned columns of the column-major output
 
-// CTA tile of the GEMM (N out x rows of x): cooperative wide 128 x 256, tall 256 x 128, wide192 128 x 192 and narrow
-// 128 x 64, or ping-pong 128 x 128 per consumer warpgroup; auto picks by shape.
-enum class Tile : int { kAuto = 0, kWide = 1, kTall = 2, kPingpong = 3, kWide192 = 4, kNarrow = 5 };
+// CTA tile of the GEMM (N out x rows of x): cooperative wide 128 x 256, tall 256 x 128 and narrow 128 x 64, or
+// ping-pong 128 x 128 per consumer warpgroup; auto picks by shape.
+enum class Tile : int { kAuto = 0, kWide = 1, kTall = 2, kPingpong = 3, kNarrow = 4 };
 constexpr Tile kLastTile = Tile::kNarrow;
 constexpr int64_t kTallMinN = 4096;     // auto takes the tall tile from this many output features on
 constexpr int64_t kPingpongMaxK = 1024;  // and the ping-pong tile below that up to this K
+constexpr int64_t kNarrowMaxM = 64;      // auto takes the narrow tile up to this many rows of x (one of its blocks)
 
 // Sizes of the compressed form of an N x K weight: values [N, values_cols] in the weight's dtype, and the CUTLASS
 // metadata (padded to its 64 x 128 atoms) as raw bytes.

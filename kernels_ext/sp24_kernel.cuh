@@ -81,15 +81,6 @@ struct PingpongTile {  // short K: 128 features by 128 rows of x per warpgroup
   using Schedule = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
   using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecialized;
 };
-// The wide tile cut to 192 rows of x: a stage holds 64 KB where the wide tile's holds 80, so the mainloop keeps three
-// stages in flight instead of two (StageCountAutoCarveout; the kernels adding a source keep two either way), and
-// layers of 512-768 features with 4096-6272 rows make 132 tiles (one full round on an H100 or H200) where the wide
-// tile makes 96-100.
-struct Wide192Tile {
-  using Cta = cute::Shape<cute::_128, cute::_192, cute::_128>;
-  using Schedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
-  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
-};
 // A few rows of x (decode): 128 features by 64 rows. The tall tile multiplies 128 rows of x whatever M is, so at 16
 // rows seven eighths of its sparse MMAs work on padding, and a 4096 x 11008 weight makes only 43 of its tiles, each a
 // 43rd of the weight for one SM to stream; this tile does half that arithmetic per output feature, makes 86 tiles
@@ -182,12 +173,10 @@ const char* run_gemm(const Problem& p) {
 SPARSEPRUNE_SP24_KERNEL_ENTRIES(wide)
 SPARSEPRUNE_SP24_KERNEL_ENTRIES(tall)
 SPARSEPRUNE_SP24_KERNEL_ENTRIES(pingpong)
-SPARSEPRUNE_SP24_KERNEL_ENTRIES(wide192)
 SPARSEPRUNE_SP24_KERNEL_ENTRIES(narrow)
 SPARSEPRUNE_SP24_KERNEL_ENTRIES(wide_source)
 SPARSEPRUNE_SP24_KERNEL_ENTRIES(tall_source)
 SPARSEPRUNE_SP24_KERNEL_ENTRIES(pingpong_source)
-SPARSEPRUNE_SP24_KERNEL_ENTRIES(wide192_source)
 SPARSEPRUNE_SP24_KERNEL_ENTRIES(narrow_source)
 #undef SPARSEPRUNE_SP24_KERNEL_ENTRIES
 

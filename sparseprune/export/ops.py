@@ -1,10 +1,12 @@
-"""The extension's TW GEMM as a `torch.library` custom op, so torch.compile and torch.export see one opaque node.
+"""The extension's kernels as `torch.library` custom ops, so torch.compile and torch.export see one opaque node each.
 
-`torch.ops.sparseprune.tw_matmul` takes the packed arrays as tensors and the layout as ints, has a fake kernel
-(output shape only, no data), and runs the CUDA kernel where it can (fp16/bf16 CUDA x with the extension built) and
-the torch reference op everywhere else, so the same traced graph runs on a CPU in tests. Dynamo then compiles the
-torch code between sparse calls (LayerNorm, residual adds, GELU, the attention's layout copies) into fused kernels
+`torch.ops.sparseprune.tw_matmul` (the TW GEMM) takes the packed arrays as tensors and the layout as ints, has a
+fake kernel (output shape only, no data), and runs the CUDA kernel where it can (fp16/bf16 CUDA x with the extension
+built) and the torch reference op everywhere else, so the same traced graph runs on a CPU in tests. Dynamo then
+compiles the torch code between sparse calls (residual adds, GELU, the attention's layout copies) into fused kernels
 instead of breaking its graph at every call, as it does at a plain pybind function.
+`torch.ops.sparseprune.add_layer_norm_feature_major` is the feature-major encoder's residual add and LayerNorm in one
+pass over memory, where torch and inductor reduce over dim 0 of that layout in two.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from sparseprune.export.formats.extension import load_kernels
 from sparseprune.export.formats.tw import ACTIVATIONS, KERNEL_DTYPES, PackedTW, host_copy, tw_matmul_reference
 
 ROW_FLEXIBLE_PATHS = (0, 7)  # "auto" and "wgmma.rows" plan their work items on the host from tile_ptr
+NORM_H_STEP, NORM_MAX_H = 64, 1024  # hidden sizes the LayerNorm kernel takes: kHStep, kMaxH in kernels_ext/layer_norm.h
 
 
 @torch.library.custom_op("sparseprune::tw_matmul", mutates_args=())
@@ -80,3 +83,35 @@ def _tw_matmul_fake(
 ) -> torch.Tensor:
     m = x.shape[1] if x_feature_major else x.shape[0]
     return x.new_empty((n, m) if y_feature_major else (m, n))
+
+
+def add_layer_norm_reference(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float
+) -> torch.Tensor:
+    """LayerNorm(x + residual) over dim 0 of (H, T) tensors: the sum in x's dtype, the rest in fp32, as torch's
+    `LayerNorm(x + residual)` on row-major activations."""
+    total = (x + residual).float()
+    var, mean = torch.var_mean(total, dim=0, correction=0, keepdim=True)
+    normed = (total - mean) * torch.rsqrt(var + eps)
+    return (normed * weight.float()[:, None] + bias.float()[:, None]).to(x.dtype)
+
+
+@torch.library.custom_op("sparseprune::add_layer_norm_feature_major", mutates_args=())
+def add_layer_norm_op(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float
+) -> torch.Tensor:
+    """LayerNorm(x + residual) over dim 0 of feature-major (H, T) activations; the CUDA kernel for fp16/bf16 CUDA
+    inputs with H a multiple of 64 up to 1024, the reference elsewhere."""
+    kernels = load_kernels()
+    hidden = x.shape[0]
+    if kernels is None or not x.is_cuda or x.dtype not in KERNEL_DTYPES or hidden % NORM_H_STEP or hidden > NORM_MAX_H:
+        return add_layer_norm_reference(x, residual, weight, bias, eps)
+    cast = [t.to(x.dtype).contiguous() for t in (residual, weight, bias)]
+    return kernels.add_layer_norm_feature_major(x.contiguous(), *cast, eps)
+
+
+@add_layer_norm_op.register_fake
+def _add_layer_norm_fake(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float
+) -> torch.Tensor:
+    return torch.empty_like(x, memory_format=torch.contiguous_format)

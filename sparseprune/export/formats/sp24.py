@@ -20,7 +20,7 @@ K_ALIGN = 16  # must match kKAlign in kernels_ext/sp24_gemm.h (compressed rows o
 N_ALIGN = 8  # must match kNAlign (16-byte aligned output columns)
 HOPPER = (9, 0)  # the sm_90a sparse wgmma runs on exactly this compute capability
 # CTA tile codes of kernels_ext/sp24_gemm.h (auto picks by shape).
-TILES = {"auto": 0, "wide": 1, "tall": 2, "pingpong": 3, "wide192": 4, "narrow": 5}
+TILES = {"auto": 0, "wide": 1, "tall": 2, "pingpong": 3, "narrow": 4}
 FORCED_TILES = tuple(name for name in TILES if name != "auto")
 
 
@@ -42,8 +42,8 @@ class CompressedSP24:
     ) -> torch.Tensor:
         """y = act(x @ B + source + bias) for x (M, K); the caller has checked the route with device_unavailable().
 
-        `tile` forces the GEMM's CTA tile (cooperative "wide" 128 features x 256 rows, "tall" 256 x 128,
-        "wide192" 128 x 192 and "narrow" 128 x 64, or "pingpong" 128 x 128 per consumer warpgroup) so benchmarks
+        `tile` forces the GEMM's CTA tile (cooperative "wide" 128 features x 256 rows, "tall" 256 x 128 and
+        "narrow" 128 x 64, or "pingpong" 128 x 128 per consumer warpgroup) so benchmarks
         can compare them; "auto" takes the one measured faster for the shape. `source` (M, N, x's dtype) is another
         pass's partial y, added in the epilogue.
         """
