@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,6 +14,8 @@ from hydra_runs import PATTERN_OVERRIDES, TINY_VGG, compose_config
 from safetensors.torch import load_file
 
 from sparseprune.training import train
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize("pattern", sorted(PATTERN_OVERRIDES))
@@ -66,3 +71,20 @@ def test_wandb_offline_run_holds_config_metrics_and_chart(tmp_path: Path, monkey
     charts = list((runs[0] / "files" / "media" / "images" / "sparsity").glob("per_layer_*.png"))
     assert len(charts) == 1
     assert list(runs[0].glob("*.wandb"))
+
+
+def test_multirun_sweeps_every_combination(tmp_path: Path) -> None:
+    """`train.py -m` as the README runs it: Hydra makes the sweep dir before any job, so it must resolve then."""
+    tiny = [o for o in TINY_VGG if o != "test=false"] + ["trainer=debug", "importance=magnitude"]
+    command = [sys.executable, str(ROOT / "train.py"), "-m", "pattern=ew,vw", "schedule.target=0.5,0.75", *tiny]
+    env = os.environ | {"SPARSEPRUNE_DATA_DIR": str(tmp_path / "data")}
+    result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    (sweep_dir,) = (tmp_path / "logs" / "train" / "multiruns").iterdir()
+    summaries = [json.loads((sweep_dir / str(job) / "summary.json").read_text()) for job in range(4)]
+    assert [(s["pattern"]["name"], s["target"]) for s in summaries] == [
+        ("ew", 0.5),
+        ("ew", 0.75),
+        ("vw", 0.5),
+        ("vw", 0.75),
+    ]
