@@ -14,7 +14,7 @@ from safetensors.torch import load_file
 
 from sparseprune.errors import UserError
 from sparseprune.export.packing import pack_layer, packed_from_tensors
-from sparseprune.export.pipeline import export
+from sparseprune.export.pipeline import against_best_dense, export
 from sparseprune.export.sparse_modules import SparseConv2d, StorageOrderMaxPool2d, im2col
 from sparseprune.patterns import build_pattern, keep_mask
 from sparseprune.training import train
@@ -176,6 +176,37 @@ def test_export_without_folding(checkpoints: dict[str, Path], tmp_path: Path) ->
     report = export(cfg)
     assert report["folded_batch_norms"] == []
     assert report["check"]["fp32_rel_error"] <= 1e-5
+
+
+def test_export_times_compiled_rows_against_the_best_dense(
+    checkpoints: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """compile=true adds the dense model under max-autotune and the compiled twin, each compiled before any timing,
+    and scores every sparse row against the faster dense one (dynamo's eager backend stands in for inductor here)."""
+    real_compile, modes = torch.compile, []
+
+    def eager_backend(fn, mode=None, dynamic=None):
+        modes.append(mode)
+        return real_compile(fn, backend="eager", dynamic=dynamic)
+
+    monkeypatch.setattr(torch, "compile", eager_backend)
+    cfg = compose_config("export", [f"ckpt={checkpoints['tw']}", f"out_dir={tmp_path}", "repeats=2", "warmup=0",
+                                    "batch_size=4", "compile=true"], tmp_path)  # fmt: skip
+    report = export(cfg)
+    assert modes == ["max-autotune-no-cudagraphs", None]
+    medians = {name: row["median_ms"] for name, row in report["timing"].items()}
+    assert set(medians) == {"dense", "sparse", "dense compiled", "sparse compiled"}
+    best = report["against_best_dense"]
+    assert best["baseline"] == min(("dense", "dense compiled"), key=medians.__getitem__)
+    assert best["speedup"] == {name: best["baseline_ms"] / medians[name] for name in ("sparse", "sparse compiled")}
+    with pytest.raises(UserError, match="compile must be auto, true or false"):
+        export(compose_config("export", [f"ckpt={checkpoints['tw']}", "compile=maybe"], tmp_path))
+
+
+def test_against_best_dense_takes_the_faster_dense_row() -> None:
+    medians = {"dense": 2.0, "dense compiled": 1.6, "sparse": 1.0, "sparse compiled": 0.8}
+    assert against_best_dense(medians) == {"baseline": "dense compiled", "baseline_ms": 1.6,
+                                           "speedup": {"sparse": 1.6, "sparse compiled": 2.0}}  # fmt: skip
 
 
 def test_export_bad_checkpoints(tmp_path: Path) -> None:
