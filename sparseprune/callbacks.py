@@ -156,8 +156,9 @@ class StagedPruning(L.Callback):
             self._plot_layers(trainer, per_layer, stage)
 
     def _plot_layers(self, trainer: L.Trainer, per_layer: Mapping[str, float], stage: int) -> None:
-        title = f"{self.pattern.name} stage {stage}: {100 * overall_sparsity(self.codes):.1f}% overall"
-        figure = layer_sparsity_figure(per_layer, title)
+        overall = overall_sparsity(self.codes)
+        title = f"{self.pattern.name} stage {stage}: {100 * overall:.1f}% overall"
+        figure = layer_sparsity_figure(per_layer, title, overall)
         directory = self.plot_dir or Path(trainer.default_root_dir) / "plots"
         path = save_figure(figure, directory / f"layer_sparsity_stage{stage}.png")
         for logger in trainer.loggers:

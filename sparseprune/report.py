@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ import torch
 from safetensors.torch import load_file
 
 from sparseprune.checkpoints import PRUNING_STATE_KEY, load_checkpoint
+from sparseprune.cli import exit_on_user_error
 from sparseprune.errors import UserError
 from sparseprune.masking import MASK_FILE
 from sparseprune.patterns import keep_mask
@@ -27,6 +29,9 @@ from sparseprune.plots import (
     save_figure,
     speedup_vs_accuracy_figure,
 )
+from sparseprune.timing_notes import timing_warnings
+
+log = logging.getLogger(__name__)
 
 
 def _label(run: dict[str, Any]) -> str:
@@ -44,9 +49,14 @@ def _accuracy(run: dict[str, Any]) -> tuple[str, float]:
     return metric, last[metric]
 
 
-def _speedup(results_dir: Path, run: dict[str, Any]) -> float | None:
+def _export_report(results_dir: Path, run: dict[str, Any]) -> dict[str, Any] | None:
     report = results_dir / f"run{run['run']:03d}" / "export" / "export_report.json"
-    return json.loads(report.read_text())["speedup"] if report.exists() else None
+    return json.loads(report.read_text()) if report.exists() else None
+
+
+def _dense_accuracy(runs: list[dict[str, Any]], metric: str) -> float | None:
+    """The dense model's `metric` from a run that trained it first (stage -1), when it was measured as the runs' is."""
+    return next((row[metric] for run in runs for row in run["stages"] if row["stage"] < 0 and metric in row), None)
 
 
 def _largest_mask(results_dir: Path, run: dict[str, Any]) -> tuple[str, torch.Tensor] | None:
@@ -91,24 +101,35 @@ def build_report(results_dir: Path, log_to_wandb: bool = False) -> Path:
     ]
     curves: dict[str, list[tuple[float, float]]] = {}
     speedups: dict[str, tuple[float, float]] = {}
+    exports: dict[str, dict[str, Any]] = {}
     for run in runs:
         sparsity = run["stages"][-1]["sparsity"] if run["stages"] else 0.0
         accuracy = _accuracy(run)[1]
-        speedup = _speedup(results_dir, run)
+        export = _export_report(results_dir, run)
         curves.setdefault(_label(run), []).append((sparsity, accuracy))
-        if speedup is not None:
-            speedups[f"{_label(run)}@{sparsity:.2f}"] = (speedup, accuracy)
-        shown = "–" if speedup is None else f"{speedup:.2f}×"
+        if export is not None:
+            exports[str(run["run"])] = export
+            speedups[f"{_label(run)}@{sparsity:.2f}"] = (export["speedup"], accuracy)
+        shown = "–" if export is None else f"{export['speedup']:.2f}×"
         lines.append(f"| {run['run']} | {_label(run)} | {run['target']} | {sparsity:.4f} | {accuracy:.4f} | {shown} |")
+    devices = sorted({export["device"] for export in exports.values()})
+    if devices:
+        lines += ["", f"Speedups timed on: {', '.join(devices)}."]
+    if "cpu" in devices:
+        lines.append("On the CPU the packed formats run torch reference ops, not the GPU kernels: no speedup is meant.")
+    for note in timing_warnings(exports):
+        log.warning("warning: %s", note)
+        lines.append(f"- warning: {note}")
     paths = [save_figure(accuracy_vs_sparsity_figure(curves, metric), figures_dir / "accuracy_vs_sparsity.png")]
     if speedups:
-        paths.append(save_figure(speedup_vs_accuracy_figure(speedups, metric), figures_dir / "speedup_vs_accuracy.png"))
+        figure = speedup_vs_accuracy_figure(speedups, metric, _dense_accuracy(runs, metric), ", ".join(devices))
+        paths.append(save_figure(figure, figures_dir / "speedup_vs_accuracy.png"))
     most_pruned = max(runs, key=lambda r: r["target"])
     if most_pruned.get("layer_sparsity"):
         title = f"{_label(most_pruned)} at {most_pruned['target']}: per-layer sparsity"
-        paths.append(
-            save_figure(layer_sparsity_figure(most_pruned["layer_sparsity"], title), figures_dir / "layers.png")
-        )
+        overall = most_pruned["stages"][-1]["sparsity"] if most_pruned["stages"] else None
+        figure = layer_sparsity_figure(most_pruned["layer_sparsity"], title, overall)
+        paths.append(save_figure(figure, figures_dir / "layers.png"))
     layer, masks = _final_masks(results_dir, runs)
     if masks:
         paths.append(save_figure(mask_figure(masks, layer), figures_dir / "masks.png"))
@@ -123,22 +144,26 @@ def build_report(results_dir: Path, log_to_wandb: bool = False) -> Path:
 def _log_to_wandb(results_dir: Path, paths: list[Path]) -> None:
     import wandb  # optional: only this flag needs it
 
-    run = wandb.init(project="sparseprune", name=f"report-{results_dir.name}", job_type="report", mode="offline")
+    run = wandb.init(  # its files beside the report, not in the working directory
+        project="sparseprune",
+        name=f"report-{results_dir.name}",
+        job_type="report",
+        mode="offline",
+        dir=str(results_dir),
+    )
     try:
         run.log({path.stem: wandb.Image(str(path)) for path in paths})
     finally:
         run.finish()
 
 
+@exit_on_user_error
 def main() -> None:
     parser = argparse.ArgumentParser(description="Markdown table and figures from a local sweep's results.")
     parser.add_argument("results_dir", type=Path)
     parser.add_argument("--wandb", action="store_true", help="also log the figures to an offline W&B run")
     args = parser.parse_args()
-    try:
-        print(build_report(args.results_dir, args.wandb))
-    except UserError as error:
-        raise SystemExit(f"error: {error}") from None
+    print(build_report(args.results_dir, args.wandb))
 
 
 if __name__ == "__main__":
