@@ -34,7 +34,7 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.errors import HydraException, InstantiationException
 from hydra.utils import instantiate
 
-from sparseprune.cli import user_error_in
+from sparseprune.cli import exit_on_user_error, user_error_in
 from sparseprune.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -216,6 +216,7 @@ def _run_point(
     return None
 
 
+@exit_on_user_error
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     parser = argparse.ArgumentParser(description="Check a W&B sweep file against the config, list or run it.")
@@ -226,16 +227,13 @@ def main() -> None:
     parser.add_argument("--devices", default="", help="comma-separated GPU ids the jobs take in turn, e.g. 0,1")
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides for every run, e.g. logger=csv")
     args = parser.parse_intermixed_args()  # overrides may follow the options
-    try:
-        if args.run:
-            devices = tuple(d for d in args.devices.split(",") if d)
-            options = LocalRun(tuple(args.overrides), args.export, args.jobs, devices)
-            results = run_locally(args.sweep, args.run, options)
-            print(f"{len(results)} runs; results in {args.run / 'results.json'}")
-            return
-        runs = check_sweep(args.sweep, tuple(args.overrides))
-    except UserError as error:
-        raise SystemExit(f"error: {error}") from None
+    if args.run:
+        devices = tuple(d for d in args.devices.split(",") if d)
+        options = LocalRun(tuple(args.overrides), args.export, args.jobs, devices)
+        results = run_locally(args.sweep, args.run, options)
+        print(f"{len(results)} runs; results in {args.run / 'results.json'}")
+        return
+    runs = check_sweep(args.sweep, tuple(args.overrides))
     for overrides in runs:
         print("python train.py " + " ".join(overrides))
 

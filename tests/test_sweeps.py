@@ -3,13 +3,23 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
 from sparseprune.errors import UserError
-from sparseprune.sweeps import CONF_DIR, LocalRun, check_sweep, grid_runs, load_sweep, run_locally, sample_runs
+from sparseprune.sweeps import (
+    CONF_DIR,
+    LocalRun,
+    check_sweep,
+    grid_runs,
+    load_sweep,
+    main,
+    run_locally,
+    sample_runs,
+)
 
 SWEEPS = sorted((CONF_DIR / "sweep").glob("*.yaml"))
 
@@ -129,3 +139,15 @@ def test_failed_points_are_reported_and_jobs_must_be_positive(tmp_path: Path) ->
     with pytest.raises(UserError, match=r"1 of 1 sweep runs failed.*run 0 train.*train.console.log"):
         run_locally(sweep, tmp_path / "out", LocalRun((*TINY, f"init_ckpt={tmp_path}/missing.ckpt"), jobs=2))
     assert json.loads((tmp_path / "out" / "results.json").read_text()) == [], "results.json lists only trained points"
+
+
+def test_command_line_error_is_one_line_with_exit_2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    path = write_sweep(tmp_path, {"schedule.tarrget": {"values": [0.5]}})
+    monkeypatch.setattr(sys, "argv", ["sweeps", str(path)])
+    with pytest.raises(SystemExit) as exit_info:
+        main()
+    assert exit_info.value.code == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("error: sweep run schedule.tarrget=0.5:")
