@@ -127,9 +127,10 @@ def test_resume_mid_stage_keeps_masks_bit_identical(tmp_path: Path) -> None:
 def test_fast_dev_run_runs_every_stage(tmp_path: Path) -> None:
     pruner = pruning({"name": "nm", "n": 1, "m": 4})
     train, val = loaders()
-    L.Trainer(fast_dev_run=True, callbacks=[pruner], logger=False, enable_progress_bar=False, accelerator="cpu").fit(
-        TinyTask(), train, val
-    )
+    L.Trainer(
+        fast_dev_run=True, callbacks=[pruner], logger=False, enable_progress_bar=False, accelerator="cpu",
+        default_root_dir=tmp_path,
+    ).fit(TinyTask(), train, val)  # fmt: skip
     assert pruner.completed_stage == 1
     for codes in pruner.codes.values():
         assert (keep_mask(codes).view(-1, 4, codes.shape[1]).sum(1) == 1).all()
