@@ -1,7 +1,7 @@
 """The feature-major BERT encoder (CPU reference ops): the masked dense model's outputs with and without padding
-masks, for TW, vector-wise N:M, 2:4 and layers kept dense; Q, K, V fused into one TW weight; GELU in the FFN's TW
-epilogue; the residual add and LayerNorm op against torch's LayerNorm (and its CUDA kernel against the reference); and
-the custom ops under torch.compile with no graph break."""
+masks, for TW, vector-wise N:M, 2:4 and layers kept dense; Q, K, V fused into one TW weight; the residual add and
+LayerNorm op against torch's LayerNorm (and its CUDA kernel against the reference); and the custom ops under
+torch.compile with no graph break."""
 
 from __future__ import annotations
 
@@ -17,7 +17,6 @@ from sparseprune.export.feature_major_bert import (
     FeatureMajorBertEncoder,
     StackedProjection,
     TWProjection,
-    fused_activation,
     with_feature_major_encoders,
 )
 from sparseprune.export.formats.tw import concat_tw, pack_tw, unpack_tw
@@ -79,25 +78,6 @@ def test_each_format_gets_its_projection() -> None:
     assert type(pruned_twin("2:4")[1].encoder) is not FeatureMajorBertEncoder  # 2:4 reads rows: stays swapped
 
 
-def test_ffn_gelu_runs_in_the_tw_epilogue_and_dense_layers_keep_theirs() -> None:
-    layer = pruned_twin("tw")[1].encoder.layer[0]
-    assert layer.ffn_in.activation == 2 and type(layer.activation) is nn.Identity and layer.qkv.activation == 0
-    model = tiny_bert()
-    weights = find_prunable(model, ("*embeddings*",))
-    packed, _ = prune_in_place(weights, PATTERNS["tw"], 0.5)
-    kept = with_dense_layers(sparsify(model, weights, packed), model, ["encoder.layer.0.intermediate.dense"])
-    dense_layer = with_feature_major_encoders(kept)[0].encoder.layer[0]
-    assert type(dense_layer.ffn_in) is DenseProjection and type(dense_layer.activation) is not nn.Identity
-
-
-@pytest.mark.parametrize(
-    ("module", "expected"),
-    [(nn.GELU(), "gelu"), (nn.GELU(approximate="tanh"), None), (nn.ReLU(), "relu"), (nn.SiLU(), None)],
-)
-def test_fused_activation_names_only_what_the_epilogue_computes_exactly(module: nn.Module, expected: str) -> None:
-    assert fused_activation(module) == expected
-
-
 def test_feature_major_layer_norm_is_torchs_layer_norm_of_the_sum() -> None:
     gen = torch.Generator().manual_seed(3)
     x, residual = torch.randn(2, 96, 40, generator=gen).unbind(0)
@@ -122,6 +102,17 @@ def test_layer_norm_kernel_matches_the_fp32_reference(dtype: torch.dtype, hidden
     assert got.dtype == dtype and got.shape == (hidden, tokens)
     tolerance = 8e-3 if dtype == torch.bfloat16 else 1e-3  # the output's rounding, and fp32 statistics
     torch.testing.assert_close(got.float(), expected, rtol=tolerance, atol=tolerance)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize(("rows", "cols", "row_stride"), [(1, 7, 7), (4096, 2304, 2304), (250, 768, 800), (13, 5, 9)])
+def test_transpose_op_is_the_contiguous_transpose(dtype: torch.dtype, rows: int, cols: int, row_stride: int) -> None:
+    base = torch.randn(rows, row_stride, device="cuda", generator=torch.Generator("cuda").manual_seed(rows)).to(dtype)
+    x = base[:, :cols]  # rows contiguous, any row stride
+    got = torch.ops.sparseprune.transpose(x)
+    assert got.is_contiguous() and torch.equal(got, x.t())
 
 
 def test_layers_kept_dense_run_on_cublas_in_the_stream() -> None:

@@ -6,7 +6,8 @@ built) and the torch reference op everywhere else, so the same traced graph runs
 compiles the torch code between sparse calls (residual adds, GELU, the attention's layout copies) into fused kernels
 instead of breaking its graph at every call, as it does at a plain pybind function.
 `torch.ops.sparseprune.add_layer_norm_feature_major` is the feature-major encoder's residual add and LayerNorm in one
-pass over memory, where torch and inductor reduce over dim 0 of that layout in two.
+pass over memory, where torch and inductor reduce over dim 0 of that layout in two; `torch.ops.sparseprune.transpose`
+its copies around attention on the extension's tiled transpose.
 """
 
 from __future__ import annotations
@@ -115,3 +116,18 @@ def _add_layer_norm_fake(
     x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float
 ) -> torch.Tensor:
     return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+
+@torch.library.custom_op("sparseprune::transpose", mutates_args=())
+def transpose_op(x: torch.Tensor) -> torch.Tensor:
+    """x.t().contiguous() for a 2-D x: the extension's tiled transpose for fp16/bf16 CUDA x with contiguous rows,
+    torch's copy elsewhere."""
+    kernels = load_kernels()
+    if kernels is None or not x.is_cuda or x.dtype not in KERNEL_DTYPES or (x.shape[1] > 1 and x.stride(1) != 1):
+        return x.t().contiguous()
+    return kernels.transpose_rows(x)
+
+
+@transpose_op.register_fake
+def _transpose_fake(x: torch.Tensor) -> torch.Tensor:
+    return x.new_empty((x.shape[1], x.shape[0]))
