@@ -4,11 +4,13 @@ import hydra
 from omegaconf import DictConfig
 
 from sparseprune.cli import exit_on_user_error
+from sparseprune.console import quiet_console
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
 @exit_on_user_error
 def main(cfg: DictConfig) -> None:
+    quiet_console()
     from sparseprune.training import train  # heavy imports after Hydra has parsed the command line
 
     train(cfg)

@@ -13,6 +13,7 @@ from sparseprune.errors import UserError
 from sparseprune.masking import MASK_FILE, save_largest_mask
 from sparseprune.patterns import build_pattern
 from sparseprune.report import build_report, main
+from sparseprune.timing_notes import busy_machine_warning
 
 
 def export_report(speedup: float, dense_ms: float = 20.0, device: str = "cpu", spread: float = 1.1) -> dict:
@@ -118,3 +119,8 @@ def test_report_error_is_one_line_with_exit_2(
     assert capsys.readouterr().err.strip() == (
         f"error: {tmp_path} has no results.json; run a sweep into it with `python -m sparseprune.sweeps`"
     )
+
+
+def test_busy_machine_warning_only_under_load() -> None:
+    assert busy_machine_warning(load_per_core=0.2) is None
+    assert "the machine is busy" in busy_machine_warning(load_per_core=1.5)
