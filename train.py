@@ -1,8 +1,11 @@
 """Train and prune in stages: `python train.py model=vgg16 pattern=tw` (see conf/ and the README)."""
 
+from pathlib import Path
+
 import hydra
 from omegaconf import DictConfig
 
+from sparseprune.choices import exit_on_unknown_choice
 from sparseprune.cli import exit_on_user_error
 from sparseprune.console import quiet_console
 
@@ -17,4 +20,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    exit_on_unknown_choice(Path(__file__).resolve().parent / "conf")
     main()
