@@ -8,9 +8,11 @@ from omegaconf import DictConfig
 from sparseprune.choices import exit_on_unknown_choice
 from sparseprune.cli import exit_on_user_error
 from sparseprune.console import quiet_console
+from sparseprune.run_cleanup import discard_run_dir_on_failure
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
+@discard_run_dir_on_failure
 @exit_on_user_error
 def main(cfg: DictConfig) -> None:
     quiet_console()

@@ -19,6 +19,7 @@ from rich.console import Console
 from export import export_log_file
 from sparseprune.console import PIPED_COLUMNS, quiet_console
 from sparseprune.loggers import QuietWandbLogger
+from sparseprune.run_cleanup import holds_only_hydra_files
 
 ROOT = Path(__file__).resolve().parents[1]
 LISTED_IN_FULL = ("model", "data", "pattern", "schedule", "importance", "trainer", "logger")
@@ -89,3 +90,22 @@ def test_quiet_console_drops_tips_strips_ansi_and_widens_piped_output(
 def test_wandb_logger_passes_no_anonymous_and_is_quiet(tmp_path: Path) -> None:
     logger = QuietWandbLogger(save_dir=str(tmp_path), offline=True)
     assert "anonymous" not in logger._wandb_init and logger._wandb_init["settings"].quiet
+
+
+def test_a_run_failing_before_it_writes_leaves_no_run_folder(tmp_path: Path) -> None:
+    env = os.environ | {"SPARSEPRUNE_DATA_DIR": str(tmp_path / "data")}
+    command = [sys.executable, str(ROOT / "train.py"), "schedule.target=1.5", "trainer=debug", "logger=none"]
+    result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2, result.stderr
+    assert list((tmp_path / "logs" / "train" / "runs").iterdir()) == []
+
+
+def test_a_run_folder_with_results_is_kept(tmp_path: Path) -> None:
+    (tmp_path / ".hydra").mkdir()
+    (tmp_path / ".hydra" / "config.yaml").write_text("seed: 0")
+    (tmp_path / "train.log").write_text("started")
+    (tmp_path / "plots").mkdir()
+    assert holds_only_hydra_files(tmp_path, "train")
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "last.ckpt").write_bytes(b"weights")
+    assert not holds_only_hydra_files(tmp_path, "train")
