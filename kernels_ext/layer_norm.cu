@@ -26,7 +26,6 @@ template <> struct Pair<__half> {
   static __device__ type from_float2(float2 v) { return __float22half2_rn(v); }
   static __device__ type add(type a, type b) { return __hadd2(a, b); }
   static __device__ float to_float(__half v) { return __half2float(v); }
-  static __device__ __half zero() { return __float2half(0.0f); }
 };
 template <> struct Pair<__nv_bfloat16> {
   using type = __nv_bfloat162;
@@ -34,29 +33,31 @@ template <> struct Pair<__nv_bfloat16> {
   static __device__ type from_float2(float2 v) { return __float22bfloat162_rn(v); }
   static __device__ type add(type a, type b) { return __hadd2(a, b); }
   static __device__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-  static __device__ __nv_bfloat16 zero() { return __float2bfloat16(0.0f); }
 };
 
-// Tokens t and t + 1 of feature row `row`: one 4-byte load where the pair is aligned and whole, else two guarded ones
-// (zero past T).
-template <typename T>
-__device__ __forceinline__ typename Pair<T>::type load_pair(const T* row, int64_t t, int64_t T_, bool vec) {
+// Tokens t and t + 1 of feature row `row`, read unconditionally (past T, from the last token: its values are never
+// stored), so that nothing orders a thread's loads: one 4-byte load when T is even (every pair aligned and whole).
+template <typename T, bool kEvenT>
+__device__ __forceinline__ typename Pair<T>::type load_pair(const T* row, int64_t t, int64_t T_) {
   using P = typename Pair<T>::type;
-  if (vec) return *reinterpret_cast<const P*>(row + t);
-  P out;
-  out.x = t < T_ ? row[t] : Pair<T>::zero();
-  out.y = t + 1 < T_ ? row[t + 1] : Pair<T>::zero();
-  return out;
+  if constexpr (kEvenT) {
+    return *reinterpret_cast<const P*>(row + (t < T_ ? t : T_ - 2));
+  } else {
+    P out;
+    out.x = row[t < T_ ? t : T_ - 1];
+    out.y = row[t + 1 < T_ ? t + 1 : T_ - 1];
+    return out;
+  }
 }
 
-template <typename T>
-__device__ __forceinline__ void store_pair(T* row, int64_t t, int64_t T_, bool vec, typename Pair<T>::type v) {
-  if (vec) {
-    *reinterpret_cast<typename Pair<T>::type*>(row + t) = v;
-    return;
+template <typename T, bool kEvenT>
+__device__ __forceinline__ void store_pair(T* row, int64_t t, int64_t T_, typename Pair<T>::type v) {
+  if constexpr (kEvenT) {
+    if (t < T_) *reinterpret_cast<typename Pair<T>::type*>(row + t) = v;
+  } else {
+    if (t < T_) row[t] = v.x;
+    if (t + 1 < T_) row[t + 1] = v.y;
   }
-  if (t < T_) row[t] = v.x;
-  if (t + 1 < T_) row[t + 1] = v.y;
 }
 
 // Sum over the CTA's threads that hold the same token pair: across the warp's feature groups by shuffles, then
@@ -80,8 +81,8 @@ __device__ __forceinline__ float2 pair_sum(float2 v, float2 (*partial)[kPairs], 
   return total;
 }
 
-// kPairs token pairs per CTA; kRows features per thread: H = kRows * 8 * kGroups.
-template <typename T, int kPairs, int kRows>
+// kPairs token pairs per CTA; kRows features per thread: H = kRows * 8 * kGroups; kEvenT: T is even.
+template <typename T, int kPairs, int kRows, bool kEvenT>
 __global__ void __launch_bounds__(kWarps * 32) add_layer_norm_kernel(Problem p) {
   using P = Pair<T>;
   using T2 = typename P::type;
@@ -90,7 +91,6 @@ __global__ void __launch_bounds__(kWarps * 32) add_layer_norm_kernel(Problem p) 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int first_row = (lane / kPairs) * kWarps + warp;
   const int64_t t = (static_cast<int64_t>(blockIdx.x) * kPairs + lane % kPairs) * 2;
-  const bool vec = p.T % 2 == 0 && t + 1 < p.T;
   const T* x = static_cast<const T*>(p.x);
   const T* res = static_cast<const T*>(p.residual);
 
@@ -98,8 +98,8 @@ __global__ void __launch_bounds__(kWarps * 32) add_layer_norm_kernel(Problem p) 
 #pragma unroll
   for (int i = 0; i < kRows; ++i) {
     const int64_t offset = static_cast<int64_t>(first_row + i * kRowStep) * p.T;
-    xs[i] = load_pair(x + offset, t, p.T, vec);
-    rs[i] = load_pair(res + offset, t, p.T, vec);
+    xs[i] = load_pair<T, kEvenT>(x + offset, t, p.T);
+    rs[i] = load_pair<T, kEvenT>(res + offset, t, p.T);
   }
   T2 sums[kRows];
   float2 acc = make_float2(0.0f, 0.0f);
@@ -132,7 +132,7 @@ __global__ void __launch_bounds__(kWarps * 32) add_layer_norm_kernel(Problem p) 
     const float g = P::to_float(weight[row]), b = P::to_float(bias[row]);
     const float2 f = P::to_float2(sums[i]);
     const float2 y = make_float2((f.x - mean.x) * rstd_x * g + b, (f.y - mean.y) * rstd_y * g + b);
-    store_pair(out + static_cast<int64_t>(row) * p.T, t, p.T, vec, P::from_float2(y));
+    store_pair<T, kEvenT>(out + static_cast<int64_t>(row) * p.T, t, p.T, P::from_float2(y));
   }
 }
 
@@ -145,7 +145,11 @@ void launch_with(const Problem& p) {
     constexpr int kRows = kSteps * static_cast<int>(kHStep) / (kWarps * kGroups);
     const int64_t tokens_per_cta = 2 * kPairs;
     const dim3 grid(static_cast<unsigned>((p.T + tokens_per_cta - 1) / tokens_per_cta));
-    add_layer_norm_kernel<T, kPairs, kRows><<<grid, kWarps * 32, 0, p.stream>>>(p);
+    if (p.T % 2 == 0) {
+      add_layer_norm_kernel<T, kPairs, kRows, true><<<grid, kWarps * 32, 0, p.stream>>>(p);
+    } else {
+      add_layer_norm_kernel<T, kPairs, kRows, false><<<grid, kWarps * 32, 0, p.stream>>>(p);
+    }
   }
 }
 

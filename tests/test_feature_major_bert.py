@@ -1,7 +1,7 @@
 """The feature-major BERT encoder (CPU reference ops): the masked dense model's outputs with and without padding
-masks, for TW, vector-wise N:M, 2:4 and layers kept dense; Q, K, V fused into one TW weight; the residual add and
-LayerNorm op against torch's LayerNorm (and its CUDA kernel against the reference); and the custom ops under
-torch.compile with no graph break."""
+masks, for TW, vector-wise N:M, 2:4 and layers kept dense; Q, K, V fused into one TW weight; GELU in FFN in's
+epilogue; the residual add and LayerNorm op against torch's LayerNorm (and its CUDA kernel against the reference);
+and the custom ops under torch.compile with no graph break."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from sparseprune.export.feature_major_bert import (
     FeatureMajorBertEncoder,
     StackedProjection,
     TWProjection,
+    fused_activation,
     with_feature_major_encoders,
 )
 from sparseprune.export.formats.tw import concat_tw, pack_tw, unpack_tw
@@ -76,6 +77,25 @@ def test_each_format_gets_its_projection() -> None:
     assert type(layers["tw"].qkv) is TWProjection and layers["tw"].qkv.shape == (64, 192)
     assert type(layers["vw"].qkv) is TWProjection  # vector-wise N:M runs on the TW kernels
     assert type(pruned_twin("2:4")[1].encoder) is not FeatureMajorBertEncoder  # 2:4 reads rows: stays swapped
+
+
+def test_ffn_gelu_runs_in_the_tw_epilogue_and_dense_layers_keep_theirs() -> None:
+    layer = pruned_twin("tw")[1].encoder.layer[0]
+    assert layer.ffn_in.activation == 2 and type(layer.activation) is nn.Identity and layer.qkv.activation == 0
+    model = tiny_bert()
+    weights = find_prunable(model, ("*embeddings*",))
+    packed, _ = prune_in_place(weights, PATTERNS["tw"], 0.5)
+    kept = with_dense_layers(sparsify(model, weights, packed), model, ["encoder.layer.0.intermediate.dense"])
+    dense_layer = with_feature_major_encoders(kept)[0].encoder.layer[0]
+    assert type(dense_layer.ffn_in) is DenseProjection and type(dense_layer.activation) is not nn.Identity
+
+
+@pytest.mark.parametrize(
+    ("module", "expected"),
+    [(nn.GELU(), "gelu"), (nn.GELU(approximate="tanh"), None), (nn.ReLU(), "relu"), (nn.SiLU(), None)],
+)
+def test_fused_activation_names_only_what_the_epilogue_computes_exactly(module: nn.Module, expected: str) -> None:
+    assert fused_activation(module) == expected
 
 
 def test_feature_major_layer_norm_is_torchs_layer_norm_of_the_sum() -> None:

@@ -8,12 +8,12 @@ filled a fraction of the GPU. Here the residual stream is one contiguous (H, T) 
   sides feature-major, a dense one (kept dense by the layer choice) as W @ xT on cuBLAS, which reads that layout
   as it reads any (an encoder with a format that reads rows, 2:4, keeps the swapped layers);
 - residual add and LayerNorm are one kernel over dim 0 of that layout (`sparseprune::add_layer_norm_feature_major`:
-  one pass over memory where torch and inductor take two); GELU stays a torch op (in the TW epilogue it cost FFN in
-  23 us on an H200 where torch's pass takes 17, docs/lab-notes.md);
+  one pass over memory where torch and inductor take two), and GELU runs in FFN in's TW epilogue (H200, BERT-base
+  at 16 x 256 tokens, compiled: 70 us less than inductor's GELU pass after the GEMM);
 - attention is the only layout change: QKV to the (batch, heads, seq, head) layout sdpa's fused kernels read, and
   the context back, two copies of the activations where the swapped twin made ten.
-Under torch.compile the torch code between the custom ops fuses (the copies around attention, GELU); eager, each is
-a torch kernel or two. Inference only: dropout is left out.
+Under torch.compile the torch code between the custom ops fuses (GELU after a layer kept dense, the embeddings);
+eager, each is a torch kernel or two. Inference only: dropout is left out.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from transformers.modeling_outputs import BaseModelOutputWithPastAndCrossAttenti
 
 from sparseprune.errors import UserError
 from sparseprune.export.formats.nm import TW_MIN_VECTOR, PackedNM, tw_view
-from sparseprune.export.formats.tw import PackedTW, concat_tw
+from sparseprune.export.formats.tw import ACTIVATIONS, PackedTW, concat_tw
 from sparseprune.export.sparse_modules import SparseLinear
 
 FEATURE_MAJOR_ALIGN = 8  # the TW kernels read a feature-major x in 16-byte runs of tokens (or at most 16 tokens)
@@ -62,11 +62,12 @@ def _cat_biases(modules: Sequence[nn.Module]) -> torch.Tensor | None:
 
 
 class TWProjection(nn.Module):
-    """yT = (xT^T @ B + bias)^T on the TW kernels, both sides feature-major."""
+    """yT = act(xT^T @ B + bias)^T on the TW kernels, both sides feature-major, the activation in their epilogue."""
 
-    def __init__(self, packed: PackedTW, bias: torch.Tensor | None) -> None:
+    def __init__(self, packed: PackedTW, bias: torch.Tensor | None, activation: str | None = None) -> None:
         super().__init__()
         self.shape = packed.shape
+        self.activation = ACTIVATIONS[activation]
         self.granularity, self.max_tile_k = packed.granularity, packed.max_tile_k
         self.names = list(packed.tensors())
         for name, tensor in packed.tensors().items():
@@ -81,7 +82,7 @@ class TWProjection(nn.Module):
         return torch.ops.sparseprune.tw_matmul(
             xt, self.values, self.rows, self.tile_ptr, self.cols, self.col_pos, self.pruned_cols,
             self.bias, self._tensor("res_ptr"), self._tensor("res_rows"), self._tensor("res_vals"),
-            k, n, self.granularity, self.max_tile_k, 0, True, True, 0,
+            k, n, self.granularity, self.max_tile_k, self.activation, True, True, 0,
         )  # fmt: skip
 
 
@@ -99,13 +100,16 @@ class DenseProjection(nn.Module):
         return torch.addmm(self.bias, self.weight, xt)
 
 
-def feature_major_projection(modules: Sequence[nn.Module]) -> nn.Module:
+def feature_major_projection(modules: Sequence[nn.Module], activation: str | None = None) -> nn.Module:
     """One projection computing every module's output, stacked along features, from xT: fused where the modules
-    share a kernel family (TW weights of one granularity, or dense weights), else one call each."""
+    share a kernel family (TW weights of one granularity, or dense weights), else one call each. `activation` (a
+    single TW module only) runs in the kernel's epilogue."""
     weights = [_tw_weight(m) for m in modules]
+    if activation is not None and (len(weights) != 1 or weights[0] is None):
+        raise UserError("only a single TW projection fuses its activation")
     if all(w is not None for w in weights) and len({w.granularity for w in weights}) == 1:
         packed = weights[0] if len(weights) == 1 else concat_tw(weights)
-        return TWProjection(packed, _cat_biases(modules))
+        return TWProjection(packed, _cat_biases(modules), activation)
     if all(type(m) is nn.Linear for m in modules):
         return DenseProjection(torch.cat([m.weight for m in modules]), _cat_biases(modules))
     if len(modules) > 1:
@@ -122,6 +126,16 @@ class StackedProjection(nn.Module):
 
     def forward(self, xt: torch.Tensor) -> torch.Tensor:
         return torch.cat([part(xt) for part in self.parts], dim=0)
+
+
+def fused_activation(activation: nn.Module) -> str | None:
+    """The TW epilogue's name for a transformers/torch activation module it computes exactly, else None."""
+    if isinstance(activation, nn.ReLU) or type(activation).__name__ == "ReLUActivation":
+        return "relu"
+    exact_gelu = isinstance(activation, nn.GELU) and activation.approximate == "none"
+    if exact_gelu or type(activation).__name__ == "GELUActivation" and not getattr(activation, "use_gelu_python", 0):
+        return "gelu"
+    return None
 
 
 def feature_major_layer_norm(x: torch.Tensor, residual: torch.Tensor, norm: nn.LayerNorm) -> torch.Tensor:
@@ -142,8 +156,10 @@ class FeatureMajorBertLayer(nn.Module):
         self.qkv = feature_major_projection([attention.query, attention.key, attention.value])
         self.attention_out = feature_major_projection([layer.attention.output.dense])
         self.attention_norm = layer.attention.output.LayerNorm
-        self.ffn_in = feature_major_projection([layer.intermediate.dense])
-        self.activation = layer.intermediate.intermediate_act_fn
+        activation = layer.intermediate.intermediate_act_fn
+        fused = fused_activation(activation) if _tw_weight(layer.intermediate.dense) is not None else None
+        self.ffn_in = feature_major_projection([layer.intermediate.dense], fused)
+        self.activation = nn.Identity() if fused else activation
         self.ffn_out = feature_major_projection([layer.output.dense])
         self.output_norm = layer.output.LayerNorm
 
