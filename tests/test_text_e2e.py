@@ -80,11 +80,11 @@ def test_fast_dev_run_with_distillation(tiny_inputs: Path, tmp_path: Path) -> No
 STAGED = ["schedule.dense_epochs=1", "schedule.stages=1", "schedule.finetune_epochs=1", "trainer.limit_train_batches=2"]
 
 
-def test_staged_nmt_run_reports_bleu_saves_gate_masks_and_exports(tiny_inputs: Path, tmp_path: Path) -> None:
+def test_staged_nmt_run_reports_ppl_and_bleu_saves_gate_masks_and_exports(tiny_inputs: Path, tmp_path: Path) -> None:
     overrides = tiny_nmt_overrides(tiny_inputs) + QUIET + STAGED + ["pattern=tw"]
     summary = train(compose_config("train", overrides, tmp_path))
     assert [row["stage"] for row in summary["stages"]] == [-1, 0]
-    assert all(0.0 <= row["val/bleu"] <= 100.0 for row in summary["stages"])
+    assert all(row["val/ppl"] > 1.0 for row in summary["stages"])  # the demo's stage metric: it falls in minutes
     assert "test/bleu" in summary["test"]
     checkpoint = torch.load(summary["checkpoint"], weights_only=False, map_location="cpu")
     pruning = next(state for key, state in checkpoint["callbacks"].items() if "StagedPruning" in key)
