@@ -20,8 +20,8 @@ from sparseprune.checkpoints import PRUNING_STATE_KEY
 from sparseprune.errors import UserError
 from sparseprune.gemm_view import PrunableWeight, find_prunable
 from sparseprune.importance import KINDS, magnitude_scores, reduce_scores, taylor_scores
-from sparseprune.masking import MaskedWeights, layer_sparsity, overall_sparsity
-from sparseprune.patterns import build_pattern
+from sparseprune.masking import MaskedWeights, check_codes, layer_sparsity, overall_sparsity
+from sparseprune.patterns.base import pattern_from_config
 from sparseprune.plots import layer_sparsity_figure, save_figure
 from sparseprune.ranking import Scope
 from sparseprune.schedule import Schedule
@@ -50,8 +50,8 @@ class StagedPruning(L.Callback):
         plot_dir: str | None = None,
     ) -> None:
         self.pattern_config = dict(pattern)
-        options = {key: value for key, value in self.pattern_config.items() if key != "name"}
-        self.pattern = build_pattern(self.pattern_config.get("name", ""), **options)
+        self.pattern = pattern_from_config(self.pattern_config)
+        self.pattern.check_kernel_options()
         self.schedule = Schedule(**dict(schedule))
         self.importance = dict(importance)
         if self.importance.get("kind") not in KINDS:
@@ -182,17 +182,57 @@ class StagedPruning(L.Callback):
         log.info("stage %d done: sparsity %.4f, %s %.4f", stage, result["sparsity"], self.monitor, result[self.monitor])
 
     # --- checkpoint ---------------------------------------------------------------------------------
-    def state_dict(self) -> dict[str, Any]:
+    def run_settings(self) -> dict[str, dict[str, Any]]:
+        """What fixes the masks a run makes: resuming under other settings would mix two pruning runs."""
         return {
-            "completed_stage": self.completed_stage,
-            "codes": {name: codes.clone() for name, codes in self.codes.items()},
-            "stage_results": list(self.stage_results),
             "pattern": dict(self.pattern_config),
             "schedule": {**asdict(self.schedule), "targets": list(self.schedule.targets)},
             "scope": asdict(self.scope),
         }
 
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "completed_stage": self.completed_stage,
+            "codes": {name: codes.clone() for name, codes in self.codes.items()},
+            "stage_results": list(self.stage_results),
+            **self.run_settings(),
+        }
+
+    def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
+        """Before `load_state_dict`: the checkpoint continues this run, and its masks fit this model and pattern."""
+        state = checkpoint.get("callbacks", {}).get(self.state_key)
+        if state is not None:
+            check_same_settings(state, self.run_settings(), str(trainer.ckpt_path))
+            check_codes(state["codes"], self.weights, self.pattern, f"ckpt_path {trainer.ckpt_path}")
+
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.completed_stage = int(state_dict["completed_stage"])
         self.codes = dict(state_dict["codes"])
         self.stage_results = list(state_dict["stage_results"])
+
+
+SETTING_KEYS = {  # how each saved setting is spelled on the command line
+    "pattern": "pattern.{}",
+    "schedule": "schedule.{}",
+    "scope": "callbacks.staged_pruning.{}",
+}
+SCOPE_KEYS = {"kind": "scope", "max_layer_sparsity": "max_layer_sparsity"}
+
+
+def check_same_settings(saved: Mapping[str, Any], current: Mapping[str, Mapping[str, Any]], path: str) -> None:
+    """Refuse to resume checkpoint `path` under another pattern, pattern option, schedule or scope than its own."""
+    differences = []
+    for group, values in current.items():
+        before = saved.get(group) or {}
+        names = sorted(set(values) | set(before), key=str)
+        if group == "pattern" and before.get("name") != values.get("name"):
+            names = ["name"]  # another pattern: its options are another matter
+        for name in names:
+            if before.get(name) != values.get(name):
+                key = SETTING_KEYS[group].format(SCOPE_KEYS.get(name, name) if group == "scope" else name)
+                differences.append(f"{key}={before.get(name)!r} in the checkpoint, {values.get(name)!r} now")
+    if differences:
+        raise UserError(
+            f"ckpt_path {path} was pruned under other settings: {'; '.join(differences)}. Resume with the checkpoint's "
+            f"settings, or start a new pruning run from its weights with init_ckpt={path}"
+        )

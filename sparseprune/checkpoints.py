@@ -10,6 +10,7 @@ import torch
 from sparseprune.errors import UserError
 
 PRUNING_STATE_KEY = "StagedPruning"
+RESUME_KEYS = ("pytorch-lightning_version", "loops", "optimizer_states")  # what Lightning's resume reads
 
 
 def check_checkpoint_file(path: Path) -> None:
@@ -46,11 +47,36 @@ def run_config(checkpoint: dict[str, Any], path: Path) -> dict[str, Any]:
     return config
 
 
+def load_weights(model: torch.nn.Module, checkpoint: dict[str, Any], path: Path, key: str) -> None:
+    """The checkpoint's weights into `model`; a checkpoint of another model or width names `key` and the first
+    mismatch."""
+    try:
+        model.load_state_dict(checkpoint["state_dict"])
+    except (RuntimeError, TypeError, AttributeError) as error:
+        first = str(error).strip().splitlines()
+        raise UserError(f"{key} {path} does not match the model: {' '.join(first[:2])[:300]}") from None
+
+
 def load_initial_weights(model: torch.nn.Module, path: Path) -> None:
     """Start from a (dense, pre-trained) checkpoint's weights: the usual way to prune a trained model."""
-    state = load_checkpoint(path)["state_dict"]
+    load_weights(model, load_checkpoint(path), path, "init_ckpt")
+
+
+def load_resumable(path: Path) -> dict[str, Any]:
+    """A checkpoint `ckpt_path` can continue: Lightning's loop and optimizer state beside the weights."""
+    checkpoint = load_checkpoint(path)
+    if any(key not in checkpoint for key in RESUME_KEYS):
+        raise UserError(
+            f"ckpt_path {path} holds weights but no training state to resume; start from its weights with "
+            f"init_ckpt={path}"
+        )
+    return checkpoint
+
+
+def completed_epochs(checkpoint: dict[str, Any], path: Path) -> int:
+    """Epochs the checkpointed run had trained through (a checkpoint saved at an epoch's end counts it, though
+    Lightning marks the epoch completed only after its checkpoint callbacks ran)."""
     try:
-        model.load_state_dict(state)
-    except RuntimeError as error:
-        first = str(error).strip().splitlines()
-        raise UserError(f"init_ckpt {path} does not match the model: {' '.join(first[:2])[:300]}") from None
+        return int(checkpoint["loops"]["fit_loop"]["epoch_progress"]["current"]["processed"])
+    except (KeyError, TypeError, ValueError):
+        raise UserError(f"ckpt_path {path} has no fit loop progress: it was not written by a Lightning fit") from None

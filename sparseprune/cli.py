@@ -6,7 +6,7 @@ import functools
 import logging
 import sys
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from hydra.errors import InstantiationException
 from omegaconf.errors import MissingMandatoryValue
@@ -26,6 +26,12 @@ def user_error_in(error: BaseException) -> UserError | None:
     return None
 
 
+def exit_with_error(message: str) -> NoReturn:
+    """The one line a user mistake gets, and exit status 2 (a usage error, as argparse uses)."""
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
 def exit_on_user_error(main: Callable[..., Result]) -> Callable[..., Result]:
     """Print `error: <message>` and exit with status 2 for UserErrors; real bugs keep their traceback."""
 
@@ -34,13 +40,11 @@ def exit_on_user_error(main: Callable[..., Result]) -> Callable[..., Result]:
         try:
             return main(*args, **kwargs)
         except MissingMandatoryValue as error:
-            print(f"error: {error.full_key} is required: add {error.full_key}=... to the command line", file=sys.stderr)
-            sys.exit(2)
+            exit_with_error(f"{error.full_key} is required: add {error.full_key}=... to the command line")
         except (UserError, InstantiationException) as error:
             user_error = user_error_in(error)
             if user_error is None:
                 raise
-            print(f"error: {user_error}", file=sys.stderr)
-            sys.exit(2)
+            exit_with_error(str(user_error))
 
     return wrapper

@@ -8,8 +8,9 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
+from sparseprune.errors import UserError
 from sparseprune.gemm_view import PrunableWeight, from_gemm
-from sparseprune.patterns import keep_mask
+from sparseprune.patterns import Pattern, keep_mask
 
 
 class MaskedWeights:
@@ -32,6 +33,31 @@ class MaskedWeights:
         for weight in self.weights:
             if weight.param.grad is not None:
                 weight.param.grad.mul_(self.masks[weight.name])
+
+
+def check_codes(
+    codes: Mapping[str, torch.Tensor], weights: list[PrunableWeight], pattern: Pattern, source: str
+) -> None:
+    """Masks read from a file name the model's prunable weights, match their GEMM shapes and hold only codes the
+    pattern makes; anything else is a file altered by hand or of another model."""
+    shapes = {weight.name: weight.gemm_shape for weight in weights}
+    unknown = sorted(set(codes) - set(shapes))
+    if unknown:
+        raise UserError(f"{source} has masks for weights the model lacks: {unknown[:3]}")
+    for name, layer_codes in codes.items():
+        if not isinstance(layer_codes, torch.Tensor) or layer_codes.dtype != torch.uint8:
+            raise UserError(f"{source}: the mask of {name} is not a uint8 tensor of keep codes")
+        if tuple(layer_codes.shape) != tuple(shapes[name]):
+            raise UserError(
+                f"{source}: the mask of {name} has shape {list(layer_codes.shape)}, the layer's GEMM view "
+                f"{list(shapes[name])}; the masks were altered or belong to another model"
+            )
+        outside = sorted(set(torch.unique(layer_codes).tolist()) - pattern.code_values)
+        if outside:
+            raise UserError(
+                f"{source}: the mask of {name} holds codes {outside}, which pattern {pattern.name} never makes "
+                f"(it makes {sorted(pattern.code_values)})"
+            )
 
 
 def layer_sparsity(codes: Mapping[str, torch.Tensor]) -> dict[str, float]:

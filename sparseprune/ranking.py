@@ -13,6 +13,7 @@ from typing import Literal
 
 import torch
 
+from sparseprune.config_types import check_fields, dataclass_hints
 from sparseprune.errors import UserError
 
 
@@ -26,6 +27,9 @@ class Scope:
     max_layer_sparsity: float = 1.0
 
     def __post_init__(self) -> None:
+        check_fields(
+            {"max_layer_sparsity": self.max_layer_sparsity}, dataclass_hints(Scope), "callbacks.staged_pruning."
+        )
         if self.kind not in ("global", "layer"):
             raise UserError(f"pruning scope must be 'global' or 'layer', got {self.kind!r}")
         if not 0.0 < self.max_layer_sparsity <= 1.0:

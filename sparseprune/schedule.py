@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from sparseprune.config_types import check_dataclass
 from sparseprune.errors import UserError
 from sparseprune.ranking import check_sparsity
 
@@ -25,6 +26,7 @@ class Schedule:
     finetune_epochs: int = 1
 
     def __post_init__(self) -> None:
+        check_dataclass(self, "schedule.")
         check_sparsity(self.target)
         if self.kind not in ("linear", "cubic", "list"):
             raise UserError(f"schedule kind must be 'linear', 'cubic' or 'list', got {self.kind!r}")

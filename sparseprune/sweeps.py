@@ -35,7 +35,9 @@ from hydra.errors import HydraException, InstantiationException
 from hydra.utils import instantiate
 
 from sparseprune.cli import exit_on_user_error, user_error_in
+from sparseprune.config_types import check_train_config
 from sparseprune.errors import UserError
+from sparseprune.files import writable_dir
 
 log = logging.getLogger(__name__)
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
@@ -95,6 +97,7 @@ def check_run(overrides: list[str]) -> None:
     except HydraException as error:
         raise UserError(f"sweep run {' '.join(overrides)}: {str(error).splitlines()[0]}") from None
     try:
+        check_train_config(cfg)
         instantiate(cfg.callbacks.staged_pruning)
     except (UserError, InstantiationException) as error:
         error = user_error_in(error) or error
@@ -104,6 +107,13 @@ def check_run(overrides: list[str]) -> None:
 def check_sweep(path: Path, extra: tuple[str, ...] = ()) -> list[list[str]]:
     """The sweep's grid (or checked corners), each composed together with the `extra` overrides of every run."""
     sweep = load_sweep(path)
+    for override in extra:
+        key = override.partition("=")[0].lstrip("+~")
+        if key in sweep["parameters"]:
+            raise UserError(
+                f"the extra override {override} sets {key}, which sweep file {path} varies (results.json would record "
+                "the swept value); drop the override or change the sweep's parameters"
+            )
     runs = grid_runs(sweep)
     for overrides in runs:
         check_run([*overrides, *extra])
@@ -154,7 +164,7 @@ def run_locally(path: Path, out_dir: Path, options: LocalRun = LocalRun()) -> li
     check_sweep(path, options.extra)  # refuses a bad sweep (or extra override) before anything runs
     runs = sample_runs(load_sweep(path))
     identity = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
-    out_dir.mkdir(parents=True, exist_ok=True)
+    writable_dir(out_dir, "--run")
     marker = out_dir / "sweep.json"
     if marker.exists() and json.loads(marker.read_text())["sweep_hash"] != identity:
         raise UserError(f"{out_dir} holds results of another sweep file; choose a new --run directory")

@@ -19,7 +19,8 @@ from rich.table import Table
 from safetensors.torch import save_file
 
 from sparseprune.batches import to_dtype, transfer_batch
-from sparseprune.checkpoints import load_checkpoint, pruning_state, run_config
+from sparseprune.checkpoints import load_checkpoint, load_weights, pruning_state, run_config
+from sparseprune.config_types import check_export_config
 from sparseprune.errors import UserError
 from sparseprune.export.feature_major_bert import with_feature_major_encoders
 from sparseprune.export.fold import fold_batch_norms, foldable_pairs
@@ -28,8 +29,10 @@ from sparseprune.export.layer_choice import LAYER_CHOICES, LayerTiming, fastest_
 from sparseprune.export.packing import pack_layer
 from sparseprune.export.swap import sparsify, swapped_modules, unpacked_layers
 from sparseprune.export.timing import Timing, time_calls
+from sparseprune.files import replaced_on_success
 from sparseprune.gemm_view import PrunableWeight, find_prunable, to_gemm
-from sparseprune.masking import MaskedWeights
+from sparseprune.masking import MaskedWeights, check_codes
+from sparseprune.patterns.base import pattern_from_config
 from sparseprune.progress import progress
 
 log = logging.getLogger(__name__)
@@ -40,7 +43,10 @@ def _device(name: str) -> torch.device:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name.startswith("cuda") and not torch.cuda.is_available():
         raise UserError(f"device={name} asked for, but no CUDA GPU is available; use device=cpu")
-    return torch.device(name)
+    try:
+        return torch.device(name)
+    except RuntimeError:
+        raise UserError(f"device must be auto, cpu, cuda or cuda:N, got {name!r}") from None
 
 
 def _dtype(name: str, device: torch.device) -> torch.dtype:
@@ -59,8 +65,9 @@ def rebuild(ckpt: Path, batch_size: int) -> tuple[Any, list[PrunableWeight], Any
     config = run_config(checkpoint, ckpt)
     datamodule = instantiate(config["data"], batch_size=batch_size)
     model = instantiate(config["model"], **datamodule.model_kwargs())
-    model.load_state_dict(checkpoint["state_dict"])
+    load_weights(model, checkpoint, ckpt, "ckpt")
     weights = find_prunable(model)
+    check_codes(state["codes"], weights, pattern_from_config(state["pattern"]), str(ckpt))
     MaskedWeights(weights, state["codes"]).apply()
     return model.eval(), weights, datamodule, state
 
@@ -132,6 +139,16 @@ def check_outputs(dense: Any, sparse: Any, batch: Any) -> float:
 
 
 def export(cfg: DictConfig) -> dict[str, Any]:
+    """Everything is written into a temporary directory that replaces `out_dir` only when the export succeeds, so
+    a failed export leaves the previous one as it was."""
+    check_export_config(cfg)
+    ckpt = Path(cfg.ckpt)
+    out_dir = Path(cfg.out_dir) if cfg.out_dir else ckpt.parent.parent / "export"
+    with replaced_on_success(out_dir, "out_dir") as staging:
+        return _export(cfg, staging, out_dir)
+
+
+def _export(cfg: DictConfig, staging: Path, out_dir: Path) -> dict[str, Any]:
     ckpt = Path(cfg.ckpt)
     if cfg.layer_choice not in LAYER_CHOICES:
         raise UserError(f"layer_choice must be one of {list(LAYER_CHOICES)}, got {cfg.layer_choice!r}")
@@ -141,8 +158,7 @@ def export(cfg: DictConfig) -> dict[str, Any]:
     reference, weights, datamodule, state = rebuild(ckpt, cfg.batch_size)
     model, weights, folded = fold_model(reference, weights) if cfg.fold_batch_norm else (reference, weights, [])
     packed = pack_model(weights, state)
-    out_dir = Path(cfg.out_dir) if cfg.out_dir else ckpt.parent.parent / "export"
-    saved = save_packed(model, packed, state, folded, out_dir)
+    saved = out_dir / save_packed(model, packed, state, folded, staging).name
     sparse = sparsify(model, weights, packed)  # layer by layer: what the per-layer timing and choice work on
     twin, stream_encoders = streamed(sparse)
     datamodule.setup("validate")
@@ -208,7 +224,7 @@ def export(cfg: DictConfig) -> dict[str, Any]:
             "timing": asdict(timings["fastest"]),
             "speedup": dense_time.median_ms / timings["fastest"].median_ms,
         }
-    (out_dir / "export_report.json").write_text(json.dumps(report, indent=2))
+    (staging / "export_report.json").write_text(json.dumps(report, indent=2))
     _print_report(report, out_dir)
     if fp32_error > cfg.tolerance:
         raise UserError(

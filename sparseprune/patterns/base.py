@@ -14,6 +14,7 @@ from typing import ClassVar
 
 import torch
 
+from sparseprune.config_types import check_fields, constructor_hints
 from sparseprune.errors import UserError
 from sparseprune.ranking import Scope
 
@@ -25,11 +26,16 @@ class Pattern(ABC):
     """Scores -> keep codes. Subclasses register themselves under `name`."""
 
     name: ClassVar[str]
+    code_values: ClassVar[frozenset[int]] = frozenset({PRUNED, KEPT})  # the keep codes its masks may hold
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
         if "name" in cls.__dict__:
             PATTERNS[cls.name] = cls
+
+    def check_kernel_options(self) -> None:  # noqa: B027 (optional hook)
+        """Raise UserError for options the sparse kernels never take, whatever the layers (a sweep checks them
+        before any model exists). The pattern math itself takes them, so tests can use tiny hand-made tiles."""
 
     def check_fits(self, shapes: Mapping[str, tuple[int, int]]) -> None:  # noqa: B027 (optional hook)
         """Raise UserError when the pattern's sizes do not fit a layer's (K, N); most patterns fit any."""
@@ -58,7 +64,14 @@ def build_pattern(name: str, **options: object) -> Pattern:
     unknown = sorted(set(options) - accepted)
     if unknown:
         raise UserError(f"pattern {name!r} has no option {unknown[0]!r}; its options: {sorted(accepted)}")
+    check_fields(options, constructor_hints(pattern_class), "pattern.")
     return pattern_class(**options)
+
+
+def pattern_from_config(config: Mapping[str, object]) -> Pattern:
+    """The pattern a `pattern` config group (or a checkpoint's copy of it) describes: its name and options."""
+    options = {key: value for key, value in config.items() if key != "name"}
+    return build_pattern(str(config.get("name", "")), **options)
 
 
 def keep_mask(codes: torch.Tensor) -> torch.Tensor:

@@ -8,13 +8,14 @@ from collections.abc import Mapping
 import torch
 
 from sparseprune.errors import UserError
-from sparseprune.patterns.base import PRUNED, RESIDUAL, Pattern
+from sparseprune.patterns.base import KEPT, PRUNED, RESIDUAL, Pattern
 from sparseprune.patterns.tw import TileWise
 from sparseprune.ranking import Scope, Units, check_sparsity, prune_by_scope
 
 
 class TileElementWise(Pattern):
     name = "tew"
+    code_values = frozenset({PRUNED, KEPT, RESIDUAL})
 
     def __init__(
         self,
@@ -28,6 +29,9 @@ class TileElementWise(Pattern):
             raise UserError(f"TEW delta must lie in [0, 1), got {delta}")
         self.delta = delta
         self.tile_wise = TileWise(granularity, column_share, apriori_top, apriori_last)
+
+    def check_kernel_options(self) -> None:
+        self.tile_wise.check_kernel_options()
 
     def check_fits(self, shapes: Mapping[str, tuple[int, int]]) -> None:
         self.tile_wise.check_fits(shapes)

@@ -61,11 +61,15 @@ class TileWise(Pattern):
         self.granularity, self.column_share = granularity, column_share
         self.apriori_top, self.apriori_last = apriori_top, apriori_last
 
-    def check_fits(self, shapes: Mapping[str, tuple[int, int]]) -> None:
-        """Tiles feed tensor-core MMAs 8 columns wide; a layer narrower than G forms one narrower tile, but a G
-        wider than every layer means no layer is tiled at all."""
+    def check_kernel_options(self) -> None:
+        """Tiles feed tensor-core MMAs 8 columns wide."""
         if self.granularity % 8:
             raise UserError(f"granularity G={self.granularity} must be a multiple of 8 (tensor-core MMA width)")
+
+    def check_fits(self, shapes: Mapping[str, tuple[int, int]]) -> None:
+        """A layer narrower than G forms one narrower tile, but a G wider than every layer means no layer is tiled
+        at all."""
+        self.check_kernel_options()
         widest = max((n for _, n in shapes.values()), default=self.granularity)
         if self.granularity > widest:
             raise UserError(f"granularity G={self.granularity} is wider than every pruned layer (largest N={widest})")
