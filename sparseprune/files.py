@@ -51,8 +51,9 @@ def atomic_write(path: Path, write: Callable[[IO[bytes]], Any]) -> None:
     or the new one, never a part. The temporary file is removed when `write` fails."""
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TEMP_SUFFIX)
+    os.close(handle)  # reopened by name, so the file object names the temporary file
     try:
-        with os.fdopen(handle, "wb") as file:
+        with open(temp_name, "wb") as file:
             write(file)
             file.flush()
             os.fsync(file.fileno())

@@ -19,6 +19,7 @@ from rich.table import Table
 from sparseprune.callbacks import StagedPruning
 from sparseprune.checkpoints import completed_epochs, load_initial_weights, load_resumable, load_weights
 from sparseprune.config_types import check_train_config
+from sparseprune.epoch_seeds import EpochSeeding
 from sparseprune.errors import UserError
 from sparseprune.files import AtomicCheckpointIO, remove_stale_temporaries, writable_dir, write_text
 from sparseprune.masking import MASK_FILE, layer_sparsity, save_largest_mask
@@ -68,6 +69,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     if cfg.trainer.get("max_epochs") is None:  # exactly the epochs the schedule needs
         cfg.trainer.max_epochs = Schedule(**cfg.schedule).total_epochs
     resume = load_resumable(Path(cfg.ckpt_path)) if cfg.get("ckpt_path") else None
+    if resume is not None:  # what a run killed while saving left beside the checkpoint
+        remove_stale_temporaries(Path(cfg.ckpt_path).parent)
     datamodule = instantiate(cfg.data)
     model = instantiate(cfg.model, **datamodule.model_kwargs())
     model.run_config = OmegaConf.to_container(cfg, resolve=True)
@@ -75,7 +78,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         load_weights(model, resume, Path(cfg.ckpt_path), "ckpt_path")
     elif cfg.get("init_ckpt"):
         load_initial_weights(model, Path(cfg.init_ckpt))
-    callbacks = _instantiate_group(cfg.get("callbacks"))
+    callbacks = [EpochSeeding(cfg.seed), *_instantiate_group(cfg.get("callbacks"))]  # first: see epoch_seeds
     loggers = _instantiate_group(cfg.get("logger"))
     pruning = next((c for c in callbacks if isinstance(c, StagedPruning)), None)
     if pruning is None:

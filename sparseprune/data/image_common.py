@@ -14,6 +14,7 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, Dataset, Subset, TensorDataset
 
+from sparseprune.epoch_seeds import loader_options
 from sparseprune.errors import UserError
 
 CROP_PADDING = 4  # pixels of padding before the random crop, the usual CIFAR recipe
@@ -139,10 +140,10 @@ class ImageDataModule(L.LightningDataModule):
         return DataLoader(
             dataset,
             batch_size=self.batch_size,
-            shuffle=shuffle,
             num_workers=self.num_workers,
             pin_memory=torch.cuda.is_available(),
             persistent_workers=self.num_workers > 0,
+            **loader_options(self, len(dataset), self.seed, shuffle),  # type: ignore[arg-type]
         )
 
     def train_dataloader(self) -> DataLoader:

@@ -7,6 +7,8 @@ from typing import Any
 import lightning as L
 from torch.utils.data import DataLoader, Dataset
 
+from sparseprune.epoch_seeds import loader_options
+
 
 class SplitLoadersDataModule(L.LightningDataModule):
     """Subclasses fill `self.datasets` ("train", "val", "test") in `setup` and define `collate`."""
@@ -20,13 +22,14 @@ class SplitLoadersDataModule(L.LightningDataModule):
 
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
         self.setup()
+        dataset = self.datasets[split]
         return DataLoader(
-            self.datasets[split],
+            dataset,
             batch_size=self.batch_size,
-            shuffle=shuffle,
             num_workers=self.num_workers,
             collate_fn=self.collate,
             persistent_workers=self.num_workers > 0,
+            **loader_options(self, len(dataset), getattr(self, "seed", 0), shuffle),  # type: ignore[arg-type]
         )
 
     def train_dataloader(self) -> DataLoader:
