@@ -27,7 +27,8 @@ def export_log_file(out_dir: str | None, ckpt: str | None) -> str:
     return str(folder.parent / f"{folder.name}.log")
 
 
-OmegaConf.register_new_resolver("export_log_file", export_log_file)
+# replace=True: tests run this script again in one process, after importing it
+OmegaConf.register_new_resolver("export_log_file", export_log_file, replace=True)
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="export")

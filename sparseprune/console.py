@@ -34,8 +34,10 @@ class StripAnsi(logging.Filter):
 
 def quiet_console() -> None:
     """Set before anything is imported or run, so the first line a library prints already follows."""
-    logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(DropTips())
-    logging.getLogger("transformers.modeling_utils").addFilter(StripAnsi())
+    for name, kind in (("lightning.pytorch.utilities.rank_zero", DropTips), ("transformers.modeling_utils", StripAnsi)):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, kind) for f in logger.filters):  # once, however often an entry point runs
+            logger.addFilter(kind())
     # Lightning calls a torch API that torch deprecates; nothing a user can act on, and it repeats per dataloader.
     warnings.filterwarnings(
         "ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated", category=FutureWarning

@@ -80,6 +80,7 @@ def test_quiet_console_drops_tips_strips_ansi_and_widens_piped_output(
     caplog.set_level(logging.INFO, logger=lightning)
     # transformers' records stop short of the root logger, where caplog listens
     monkeypatch.setattr(logging.getLogger(transformers), "handlers", [caplog.handler])
+    monkeypatch.setattr(logging.getLogger(transformers), "propagate", False)  # as transformers sets it
     logging.getLogger(lightning).info("💡 Tip: try installing litlogger")
     logging.getLogger(lightning).info("GPU available: False")
     logging.getLogger(transformers).warning("\x1b[1mBertModel LOAD REPORT\x1b[0m from: x")
