@@ -15,7 +15,9 @@ token ids with an attention mask whose sequences are padded by 1/16 to 1/4 of th
   (default mode), so LayerNorm, residual adds and attention's copies fuse between the sparse custom ops.
 Weights are the random initialisation, pruned layer by layer by magnitude to the pattern (bench.model_bench), every
 twin checked against the masked model in fp32 before timing. Each twin's GPU time per forward is broken down by
-kernel category from a profile of eager calls.
+kernel category from a profile of eager calls, and (--standalone) the stream's projections and norms are timed
+alone, layer by layer, against the dense model's cuBLAS calls of the same shapes: a model whose sparse GEMMs take
+longer in the model than alone loses its time around them, one whose calls lose alone loses it in the kernels.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
 from bench.common import (
     exit_if_any_failed,
@@ -134,8 +137,84 @@ def timed(fn: Any) -> tuple[Any, float]:
     return out, time.perf_counter() - start
 
 
+def standalone_calls(stream: torch.nn.Module, masked: torch.nn.Module, tokens: int) -> dict[str, Any]:
+    """Every encoder projection of the stream twin alone on fresh feature-major x, each beside the dense model's
+    cuBLAS calls for it (Q, K and V as three), and the first layer's residual add + LayerNorm beside torch's on
+    row-major activations; keyed 'kind|layer|sparse' and 'kind|layer|dense'. `masked` is the masked dense model in
+    the timing dtype, on the timing device."""
+    like = next(masked.parameters())
+    generator = torch.Generator(like.device).manual_seed(1)
+
+    def fresh(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, device=like.device, dtype=like.dtype, generator=generator)
+
+    calls: dict[str, Any] = {}
+    for index, (twin, dense) in enumerate(zip(stream.encoder.layer, masked.encoder.layer, strict=True)):
+        attention = dense.attention.self
+        parts = {
+            "qkv": (twin.qkv, [attention.query, attention.key, attention.value]),
+            "attention out": (twin.attention_out, [dense.attention.output.dense]),
+            "ffn in": (twin.ffn_in, [dense.intermediate.dense]),
+            "ffn out": (twin.ffn_out, [dense.output.dense]),
+        }
+        for kind, (projection, linears) in parts.items():
+            xt = fresh(linears[0].in_features, tokens)
+            x = xt.t().contiguous()
+            calls[f"{kind}|{index}|sparse"] = lambda p=projection, xt=xt: p(xt)
+            calls[f"{kind}|{index}|dense"] = lambda x=x, ls=linears: [F.linear(x, lin.weight, lin.bias) for lin in ls]
+    norm = masked.encoder.layer[0].attention.output.LayerNorm
+    a, r = fresh(norm.normalized_shape[0], tokens), fresh(norm.normalized_shape[0], tokens)
+    a_rows, r_rows = a.t().contiguous(), r.t().contiguous()
+    norm_op = torch.ops.sparseprune.add_layer_norm_feature_major
+    calls["add + LayerNorm|0|sparse"] = lambda: norm_op(a, r, norm.weight, norm.bias, norm.eps)
+    calls["add + LayerNorm|0|dense"] = lambda: F.layer_norm(a_rows + r_rows, norm.normalized_shape, norm.weight,
+                                                            norm.bias, norm.eps)  # fmt: skip
+    return calls
+
+
+def standalone_rows(calls: dict[str, Any], pattern: str, tokens: str) -> list[dict[str, Any]]:
+    """Per kind: µs summed over the layers, sparse and dense, and the slowest and fastest sparse layer."""
+    timings = time_in_turns(calls, samples=7, rounds=1)
+    kinds: dict[str, dict[str, list[float]]] = {}
+    for key, timing in timings.items():
+        kind, _, side = key.split("|")
+        kinds.setdefault(kind, {"sparse": [], "dense": []})[side].append(timing.median_us)
+    return [
+        {
+            "pattern": pattern,
+            "tokens": tokens,
+            "kind": kind,
+            "layers": len(us["sparse"]),
+            "sparse_us": sum(us["sparse"]),
+            "dense_us": sum(us["dense"]),
+            "speedup": sum(us["dense"]) / sum(us["sparse"]),
+            "sparse_min_us": min(us["sparse"]),
+            "sparse_max_us": max(us["sparse"]),
+        }  # fmt: skip
+        for kind, us in kinds.items()
+    ]
+
+
+STANDALONE_LEGEND = (
+    "The stream's calls timed alone (CUDA-graph replays, fresh random x), summed over the encoder's layers, against "
+    "the dense model's cuBLAS calls of the same shapes (Q, K, V as three) and torch's add + LayerNorm on row-major "
+    "activations:"
+)
+STANDALONE_COLUMNS = [
+    ("pattern", "pattern"),
+    ("tokens", "tokens"),
+    ("kind", "call"),
+    ("layers", "layers"),
+    ("sparse_us", "stream µs (sum)"),
+    ("dense_us", "dense µs (sum)"),
+    ("speedup", "×dense"),
+    ("sparse_min_us", "fastest layer µs"),
+    ("sparse_max_us", "slowest layer µs"),
+]
+
+
 def run_pattern(
-    name: str, dense: dict[str, torch.nn.Module], shapes: list[str], deadline: float
+    name: str, dense: dict[str, torch.nn.Module], shapes: list[str], deadline: float, standalone: bool = False
 ) -> list[dict[str, Any]]:
     """The rows of one pattern at every shape, each with its models' kernel breakdown."""
     pattern, sparsity = PATTERNS[name]
@@ -143,6 +222,7 @@ def run_pattern(
     weights = find_prunable(model, ("*embeddings*",))
     packed, target = prune_in_place(weights, pattern, sparsity or 0.5)
     masked32 = model.cuda()
+    masked16 = copy.deepcopy(masked32).half() if standalone else None
     swapped = sparsify(model, weights, packed).cuda().half()
     stream, replaced = with_feature_major_encoders(copy.deepcopy(swapped))
     twins = {"swapped": swapped, "stream": stream, "stream_compiled": compiled(stream, None)}
@@ -180,6 +260,11 @@ def run_pattern(
         row["best_dense_us"] = best
         for twin in twins:
             row[f"{twin}_speedup"] = best / row[f"{twin}_us"]
+        if standalone and "stream" in twins:
+            with torch.inference_mode():
+                row["standalone"] = standalone_rows(
+                    standalone_calls(stream, masked16, batch * seq), name, row["tokens"]
+                )
         row["worst_rel_err"] = max(row[f"{twin}_rel_err"] for twin in twins)
         row["passed"] = row["worst_rel_err"] <= TOLERANCE
         rows.append(row)
@@ -199,11 +284,27 @@ def breakdown_table(rows: list[dict[str, Any]]) -> str:
     return markdown_table(lines, [("case", "case"), ("model", "model"), *((c, f"{c} µs") for c in cats)])
 
 
+def notes(rows: list[dict[str, Any]]) -> list[str]:
+    """The markdown's legend, breakdown and (when timed) the standalone calls."""
+    parts = [
+        LEGEND,
+        "",
+        "GPU time per forward by kernel category (µs, profiled eager calls):",
+        "",
+        breakdown_table(rows),
+    ]
+    alone = [entry for row in rows for entry in row.get("standalone", [])]
+    if alone:
+        parts += ["", STANDALONE_LEGEND, "", markdown_table(alone, STANDALONE_COLUMNS)]
+    return parts
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--patterns", nargs="*", default=list(PATTERNS), choices=list(PATTERNS))
     parser.add_argument("--shapes", nargs="*", default=list(SHAPES), choices=list(SHAPES))
     parser.add_argument("--deadline-s", type=float, default=1e9, help="skip what would start after this many seconds")
+    parser.add_argument("--standalone", action="store_true", help="also time the stream's calls alone, per layer")
     parser.add_argument("--out", type=Path, default=None, help="results prefix: writes PREFIX.json and PREFIX.md")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
@@ -227,10 +328,9 @@ def main() -> None:
         if time.monotonic() > deadline:
             log.warning("out of time: %s and later patterns skipped", name)
             break
-        rows += run_pattern(name, dense, args.shapes, deadline)
+        rows += run_pattern(name, dense, args.shapes, deadline, args.standalone)
         if args.out:
-            write_results(args.out, rows, COLUMNS, [LEGEND, "", "GPU time per forward by kernel category (µs, "
-                                                    "profiled eager calls):", "", breakdown_table(rows)])  # fmt: skip
+            write_results(args.out, rows, COLUMNS, notes(rows))
     print(markdown_table(rows, COLUMNS))
     print(breakdown_table(rows))
     exit_if_any_failed(rows, "models")

@@ -2,7 +2,8 @@
 # The whole-transformer path on a GPU machine, from the repository root, in one call of under 10 minutes: build the
 # extension in place (skipped when sparseprune/_kernels*.so is already there, as when a build is carried in), run the
 # feature-major BERT and 2:4 GPU tests, compute-sanitizer memcheck on the LayerNorm kernel, time the 2:4 tiles at
-# decode sizes, then the whole-model benchmark (bench.e2e_bench) for $PATTERNS at $SHAPES.
+# decode sizes, then the whole-model benchmark (bench.e2e_bench, with its calls also timed alone) for $PATTERNS at
+# $SHAPES.
 # Usage: bash bench/e2e_gpu_check.sh [OUT_DIR]  (default: $OUT); PATTERNS, SHAPES, E2E_DEADLINE_S, SKIP_CHECKS=1.
 # Writes OUT_DIR/{device.txt,build.log,pytest.log,memcheck.log,sp24.log,e2e.log}, OUT_DIR/{sp24,e2e}.{json,md}
 # and, after a build, OUT_DIR/kernels.so.gz to carry into the next call; exits non-zero if any step failed.
@@ -26,5 +27,5 @@ if [[ -z ${SKIP_CHECKS:-} ]]; then
     --out "$out/sp24"
 fi
 step e2e "$out/e2e.log" 0 python -m bench.e2e_bench --patterns ${PATTERNS:-tw75 tw90 vw-2:8} \
-  --shapes ${SHAPES:-16x256 1x256} --deadline-s "${E2E_DEADLINE_S:-300}" --out "$out/e2e"
+  --shapes ${SHAPES:-16x256 1x256} --standalone --deadline-s "${E2E_DEADLINE_S:-300}" --out "$out/e2e"
 exit "$status"
