@@ -3,8 +3,9 @@
 Run from the repository root on a GPU with the extension built:
     python -m bench.nm_bench --out bench/results/nm_h100
 Sparsities map to N:M patterns: 50% -> 2:4, 75% -> 2:8, 90% -> 3:32 (90.6%); `--patterns` picks others. Shapes are
-the TW bench's plus nmSPARSE's operator grid (M in 1, 256, 1024, 4096; K, N in 1024, 4096, 8192). Every case is
-checked against an fp32 reference on fresh random inputs before it is timed.
+the TW bench's plus nmSPARSE's 32 operator shapes (its M1-M32: M in 1, 256, 1024, 4096 over eight K -> N, the squares
+1024 to 8192, 1024 -> 4096 and back, 5120 -> 20480 and back). Every case is checked against an fp32 reference on
+fresh random inputs before it is timed.
 """
 
 from __future__ import annotations
@@ -62,11 +63,10 @@ LEGEND = (
     "'pingpong' 128 x 128 per consumer warpgroup: each also forced); torch 2:4 is cuSPARSELt through "
     "to_sparse_semi_structured, which prunes B by magnitude itself (timing only)."
 )
-NMSPARSE_SHAPES = {
-    f"nms_m{m}_k{k}_n{n}": (m, k, n)
-    for m in (1, 256, 1024, 4096)
-    for k, n in itertools.product((1024, 4096, 8192), repeat=2)
-}
+# nmSPARSE's operator table (M1-M32): BERT and OPT layers and synthetic squares, each at one decode and three batch M.
+NMSPARSE_KN = ((1024, 1024), (2048, 2048), (4096, 4096), (8192, 8192), (1024, 4096), (4096, 1024), (5120, 20480),
+               (20480, 5120))  # fmt: skip
+NMSPARSE_SHAPES = {f"nms_m{m}_k{k}_n{n}": (m, k, n) for m in (1, 256, 1024, 4096) for k, n in NMSPARSE_KN}
 SHAPES: dict[str, tuple[int, int, int]] = {
     **TW_SHAPES,
     **dict(sorted(NMSPARSE_SHAPES.items(), key=lambda s: math.prod(s[1]))),
