@@ -1,4 +1,4 @@
-"""bench/sweep_gpu.sh, bench/study_gpu.sh, bench/export_gpu_check.sh and bench/sp24_export_check.sh: the commands
+"""bench/sweep_gpu.sh, study_gpu.sh, export_gpu_check.sh, sp24_export_check.sh and sanitize_gpu_check.sh: the commands
 they issue, checked with a stand-in `python` that records its arguments (the real runs need a GPU and take minutes)."""
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def run_script(tmp_path: Path, *args: str, **env: str) -> tuple[subprocess.Compl
     work = tmp_path / "work"
     (work / "bench").mkdir(parents=True, exist_ok=True)
     for script in ("sweep_gpu.sh", "study_gpu.sh", "workloads.sh", "export_gpu_check.sh", "sp24_export_check.sh",
-                   "gpu_check.sh"):  # fmt: skip
+                   "gpu_check.sh", "sanitize_gpu_check.sh"):  # fmt: skip
         (work / "bench" / script).write_text((ROOT / "bench" / script).read_text())
     result = subprocess.run(["bash", *args], cwd=work, env=full_env, capture_output=True, text=True, check=False)
     return result, calls.read_text().splitlines() if calls.exists() else []
@@ -170,3 +170,22 @@ def test_sp24_export_check_prunes_bert_to_2_4_and_exports_it_with_the_tile_choic
     for batch in (1, 32):
         report = json.loads((out / f"report_b{batch}.json").read_text())["args"].split()
         assert f"batch_size={batch}" in report and "layer_choice=fastest" in report
+
+
+def test_sanitizer_runs_both_tools_over_every_kernel_family(tmp_path: Path) -> None:
+    result, calls = run_script(tmp_path, "bench/sanitize_gpu_check.sh", str(tmp_path / "out"))
+    assert result.returncode == 0, result.stderr
+    assert calls[0] == "setup.py build_ext --inplace"  # no carried build in the copy
+    runs = [call.split() for call in calls if call.startswith("sanitizer")]
+    families = ["test_feature_major_x_of_twelve_rows", "test_small_m_matches_fp32_reference", "test_each_path_once",
+                "test_each_call_once", "test_sparse_conv_feature_major", "test_layer_norm_kernel",
+                "test_transpose_op"]  # fmt: skip
+    for tool in ("memcheck", "racecheck"):
+        mine = [run for run in runs if run[1:3] == ["--tool", tool]]
+        assert len(mine) == len(families) and all("--error-exitcode" in run and "gpu" in run for run in mine)
+        assert all(any(family in " ".join(run) for run in mine) for family in families)
+
+
+def test_sanitizer_refuses_an_unknown_family(tmp_path: Path) -> None:
+    result, _ = run_script(tmp_path, "bench/sanitize_gpu_check.sh", str(tmp_path / "out"), FAMILIES="tw conv9000")
+    assert result.returncode == 2 and "unknown family conv9000" in result.stderr
