@@ -337,20 +337,6 @@ def finish_sweep(
     exit_if_any_failed(rows)
 
 
-def load_bench_extension(bench_file: str) -> Any:
-    """Builds the .cu beside a bench module (same name) with torch's extension loader, for sm_90a, with kernels_ext/ on
-    its include path; the module calls it with its own __file__."""
-    from torch.utils.cpp_extension import load  # only the benches that build their own kernels pay for the import
-
-    source = Path(bench_file).with_suffix(".cu")
-    return load(
-        name=source.stem,
-        sources=[str(source)],
-        extra_include_paths=[str(source.parent.parent / "kernels_ext")],
-        extra_cuda_cflags=["-O3", "-gencode=arch=compute_90a,code=sm_90a"],
-    )
-
-
 def dense_yardsticks(
     x: torch.Tensor, weight: torch.Tensor, packed_bytes: int, gen: torch.Generator
 ) -> tuple[float, float]:

@@ -1,4 +1,4 @@
-// Device helpers shared by the N:M kernels (nm_gemm.cu, nm_gemv_mma.cu) and bench/nm_spmv_anatomy.cu.
+// Device helpers shared by the N:M kernels (nm_gemm.cu, nm_gemv_mma.cu) and bench/probes/nm_spmv_anatomy.cu.
 #pragma once
 
 #include "nm_gemm.h"

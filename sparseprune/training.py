@@ -36,7 +36,7 @@ def _instantiate_group(group: DictConfig | None) -> list[Any]:
 
 
 def _stage_table(results: list[dict[str, float]], monitor: str) -> Table:
-    table = Table(title="accuracy per pruning stage")
+    table = Table(title=f"{monitor} per pruning stage")
     for column in ("stage", "target", "sparsity", monitor):
         table.add_column(column, justify="right")
     for row in results:
