@@ -99,6 +99,7 @@ def test_staged_nmt_run_reports_ppl_and_bleu_saves_gate_masks_and_exports(tiny_i
 def test_staged_bert_run_exports_packed_linears(tiny_inputs: Path, tmp_path: Path) -> None:
     overrides = tiny_bert_overrides(tiny_inputs) + QUIET + STAGED + ["pattern=tew"]
     summary = train(compose_config("train", overrides, tmp_path))
+    assert [p.name for p in Path(summary["checkpoint"]).parent.iterdir()] == ["last.ckpt"]  # the demo keeps one
     report = export(compose_config("export", [f"ckpt={summary['checkpoint']}", "repeats=1", "warmup=0"], tmp_path))
     assert len(report["layers"]) == 12  # 2 layers x (Q, K, V, attention output, FFN in, FFN out)
     assert report["check"]["fp32_rel_error"] <= 1e-5
