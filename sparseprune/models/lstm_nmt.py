@@ -20,7 +20,7 @@ from sparseprune.data.vocab import Vocab
 from sparseprune.errors import UserError
 from sparseprune.metrics import CorpusBleu
 from sparseprune.models.base import PrunableTask
-from sparseprune.models.decoding import beam_search, greedy_decode
+from sparseprune.models.decoding import GreedySearch, run_eagerly, search_for
 from sparseprune.models.seq2seq import Seq2Seq
 
 DENSE_BY_DEFAULT = ("*embedding*", "*attention*", "*generator*")
@@ -97,16 +97,19 @@ class TranslationTask(PrunableTask):
     def compute_loss(self, batch: dict[str, Any]) -> torch.Tensor:
         return self._loss(self(batch["src"], batch["tgt_in"]), batch["tgt_out"], self.hparams.label_smoothing)
 
+    def search(self, src: torch.Tensor, beam_size: int = 1) -> GreedySearch:
+        """The decoding of src (greedy when beam_size is 1) as a search that steps in place (models.decoding)."""
+        max_length = min(self.hparams.max_decode_length, 2 * src.shape[1] + 10)
+        return search_for(self.net, src, Vocab.bos_id, Vocab.eos_id, max_length, beam_size, self.hparams.length_penalty)
+
+    def texts(self, ids: torch.Tensor) -> list[str]:
+        """Space-joined target words per row of token ids."""
+        return [" ".join(self.tgt_vocab.decode(row)) for row in ids.tolist()]
+
+    @torch.no_grad()
     def translate(self, src: torch.Tensor, beam_size: int = 1) -> list[str]:
         """Space-joined target words per source row (greedy when beam_size is 1)."""
-        max_length = min(self.hparams.max_decode_length, 2 * src.shape[1] + 10)
-        if beam_size == 1:
-            ids = greedy_decode(self.net, src, Vocab.bos_id, Vocab.eos_id, max_length)
-        else:
-            ids = beam_search(
-                self.net, src, Vocab.bos_id, Vocab.eos_id, max_length, beam_size, self.hparams.length_penalty
-            )
-        return [" ".join(self.tgt_vocab.decode(row)) for row in ids.tolist()]
+        return self.texts(run_eagerly(self.search(src, beam_size)))
 
     def _evaluate(self, batch: dict[str, Any], split: str, bleu: CorpusBleu, beam_size: int) -> None:
         batch_size = self.batch_size_of(batch)
