@@ -1,4 +1,4 @@
-"""bench/sweep_gpu.sh, study_gpu.sh, export_gpu_check.sh, sp24_export_check.sh and sanitize_gpu_check.sh: the commands
+"""bench/sweep_gpu.sh, study_gpu.sh, the export, 2:4, text-export and sanitizer checks: the commands
 they issue, checked with a stand-in `python` that records its arguments (the real runs need a GPU and take minutes)."""
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def run_script(tmp_path: Path, *args: str, **env: str) -> tuple[subprocess.Compl
     work = tmp_path / "work"
     (work / "bench").mkdir(parents=True, exist_ok=True)
     for script in ("sweep_gpu.sh", "study_gpu.sh", "workloads.sh", "export_gpu_check.sh", "sp24_export_check.sh",
-                   "gpu_check.sh", "sanitize_gpu_check.sh"):  # fmt: skip
+                   "gpu_check.sh", "sanitize_gpu_check.sh", "text_export_gpu_check.sh"):  # fmt: skip
         (work / "bench" / script).write_text((ROOT / "bench" / script).read_text())
     result = subprocess.run(["bash", *args], cwd=work, env=full_env, capture_output=True, text=True, check=False)
     return result, calls.read_text().splitlines() if calls.exists() else []
@@ -189,3 +189,18 @@ def test_sanitizer_runs_both_tools_over_every_kernel_family(tmp_path: Path) -> N
 def test_sanitizer_refuses_an_unknown_family(tmp_path: Path) -> None:
     result, _ = run_script(tmp_path, "bench/sanitize_gpu_check.sh", str(tmp_path / "out"), FAMILIES="tw conv9000")
     assert result.returncode == 2 and "unknown family conv9000" in result.stderr
+
+
+def test_text_export_trains_each_text_model_and_exports_it_at_its_batch_sizes(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    result, calls = run_script(tmp_path, "bench/text_export_gpu_check.sh", str(out), BERT_EXTRA="trainer.max_time=1")
+    assert result.returncode == 0, result.stderr
+    bert, nmt = trainings(calls)
+    assert "experiment=bert_tweets" in bert and "pattern=tw" in bert and "trainer.max_time=1" in bert
+    assert "model=lstm_nmt" in nmt and "trainer=gpu" in nmt and "trainer.max_time=1" not in nmt
+    exports = [call.split() for call in calls if call.startswith("export.py")]
+    points = [("bert", 1), ("bert", 32), ("nmt", 1), ("nmt", 64)]
+    assert [next(a for a in e if a.startswith("batch_size=")) for e in exports] == [
+        f"batch_size={b}" for _, b in points
+    ]
+    assert sorted(p.name for p in out.glob("report_*.json")) == [f"report_{m}_b{b}.json" for m, b in points]
