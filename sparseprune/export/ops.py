@@ -1,5 +1,11 @@
 """The extension's kernels as `torch.library` custom ops, so torch.compile and torch.export see one opaque node each.
 
+Every extension entry point on a sparse model's forward path is registered here, and only here: `tw_matmul`,
+`nm_matmul`, `sp24_matmul`, `im2col_feature_major`, `add_layer_norm_feature_major` and `transpose`. Each has a fake
+kernel (output shape only, contiguous, as the kernel writes it) and runs its kernel where it can, its torch reference
+elsewhere (every op but `sp24_matmul`, whose CUTLASS-compressed operands exist on Hopper GPUs only), so one traced
+graph runs on a CPU in tests. An op never returns a view of an input, as torch.library requires.
+
 `torch.ops.sparseprune.tw_matmul` (the TW GEMM) takes the packed arrays as tensors and the layout as ints, has a
 fake kernel (output shape only, no data), and runs the CUDA kernel where it can (fp16/bf16 CUDA x with the extension
 built) and the torch reference op everywhere else, so the same traced graph runs on a CPU in tests. Dynamo then
@@ -15,10 +21,14 @@ from __future__ import annotations
 import torch
 
 from sparseprune.export.formats.extension import load_kernels
+from sparseprune.export.formats.nm import PackedNM, run_route
+from sparseprune.export.formats.sp24 import aligned
 from sparseprune.export.formats.tw import ACTIVATIONS, KERNEL_DTYPES, PackedTW, host_copy, tw_matmul_reference
+from sparseprune.export.sparse_modules import im2col_reference
 
 ROW_FLEXIBLE_PATHS = (0, 7)  # "auto" and "wgmma.rows" plan their work items on the host from tile_ptr
 NORM_H_STEP, NORM_MAX_H = 64, 1024  # hidden sizes the LayerNorm kernel takes: kHStep, kMaxH in kernels_ext/layer_norm.h
+ACTIVATION_NAMES = {code: name for name, code in ACTIVATIONS.items()}
 
 
 @torch.library.custom_op("sparseprune::tw_matmul", mutates_args=())
@@ -49,8 +59,7 @@ def tw_matmul_op(
     if kernels is None or not x.is_cuda or x.dtype not in KERNEL_DTYPES:
         packed = PackedTW((k, n), granularity, max_tile_k, values, rows, tile_ptr, cols, col_pos, pruned_cols,
                           res_ptr, res_rows, res_vals)  # fmt: skip
-        names = {code: name for name, code in ACTIVATIONS.items()}
-        y = tw_matmul_reference(x.t() if x_feature_major else x, packed, bias, names[activation])
+        y = tw_matmul_reference(x.t() if x_feature_major else x, packed, bias, ACTIVATION_NAMES[activation])
         return y.t().contiguous() if y_feature_major else y
     return kernels.tw_matmul(
         x.contiguous(), values, rows, tile_ptr, cols, col_pos, pruned_cols,
@@ -84,6 +93,106 @@ def _tw_matmul_fake(
 ) -> torch.Tensor:
     m = x.shape[1] if x_feature_major else x.shape[0]
     return x.new_empty((n, m) if y_feature_major else (m, n))
+
+
+@torch.library.custom_op("sparseprune::nm_matmul", mutates_args=())
+def nm_matmul_op(
+    x: torch.Tensor,
+    values: torch.Tensor,
+    idx: torch.Tensor,
+    bias: torch.Tensor | None,
+    k: int,
+    n: int,
+    m: int,
+    kept: int,
+    vector: int,
+    activation: int,
+    route: str,
+    tile: str,
+    x_feature_major: bool,
+    y_feature_major: bool,
+) -> torch.Tensor:
+    """act(x @ B + bias) for the packed N:M weight B on `route` (`formats.nm.KERNELS`; "auto" is decided per call
+    by `formats.nm.auto_route`, the one place that chooses): x (M, K), or xT (K, M) when x_feature_major; (M, N),
+    or (N, M) when y_feature_major. `tile` is the 2:4 CTA tile (`formats.sp24.TILES`)."""
+    packed = PackedNM(values, idx, (k, n), m, kept, vector)
+    return run_route(x, packed, bias, ACTIVATION_NAMES[activation], route, tile, x_feature_major, y_feature_major)
+
+
+@nm_matmul_op.register_fake
+def _nm_matmul_fake(
+    x: torch.Tensor,
+    values: torch.Tensor,
+    idx: torch.Tensor,
+    bias: torch.Tensor | None,
+    k: int,
+    n: int,
+    m: int,
+    kept: int,
+    vector: int,
+    activation: int,
+    route: str,
+    tile: str,
+    x_feature_major: bool,
+    y_feature_major: bool,
+) -> torch.Tensor:
+    rows = x.shape[1] if x_feature_major else x.shape[0]
+    return x.new_empty((n, rows) if y_feature_major else (rows, n))
+
+
+@torch.library.custom_op("sparseprune::sp24_matmul", mutates_args=(), device_types="cuda")
+def sp24_matmul_op(
+    x: torch.Tensor,
+    values: torch.Tensor,
+    meta: torch.Tensor,
+    bias: torch.Tensor | None,
+    k: int,
+    n: int,
+    activation: int,
+    tile: int,
+    source: torch.Tensor | None,
+) -> torch.Tensor:
+    """act(x @ B + source + bias) on the Hopper sparse tensor cores for x (M, K), y (M, N); B compressed by CUTLASS
+    (`formats.sp24.compress_24`). CUDA only: the compressed form is built on, and read by, the GPU alone, and a CPU
+    reaches 2:4 weights through `nm_matmul`'s reference."""
+    bias = None if bias is None else aligned(bias.to(x.dtype).contiguous())
+    source = None if source is None else aligned(source.contiguous())
+    return load_kernels().sp24_matmul(aligned(x.contiguous()), values, meta, bias, k, n, activation, tile, source)
+
+
+@sp24_matmul_op.register_fake
+def _sp24_matmul_fake(
+    x: torch.Tensor,
+    values: torch.Tensor,
+    meta: torch.Tensor,
+    bias: torch.Tensor | None,
+    k: int,
+    n: int,
+    activation: int,
+    tile: int,
+    source: torch.Tensor | None,
+) -> torch.Tensor:
+    return x.new_empty((x.shape[0], n))
+
+
+@torch.library.custom_op("sparseprune::im2col_feature_major", mutates_args=())
+def im2col_op(x: torch.Tensor, kh: int, kw: int, dh: int, dw: int, ph: int, pw: int, sh: int, sw: int) -> torch.Tensor:
+    """The im2col matrix (C*kh*kw, B*oh*ow) of x (B, C, H, W), ordered as F.unfold: the extension's kernel for
+    fp16/bf16 CUDA x, one strided copy of the padded input elsewhere."""
+    kernels = load_kernels()
+    if kernels is None or not x.is_cuda or x.dtype not in KERNEL_DTYPES:
+        return im2col_reference(x, (kh, kw), (dh, dw), (ph, pw), (sh, sw))
+    return kernels.im2col_feature_major(x, kh, kw, dh, dw, ph, pw, sh, sw)
+
+
+@im2col_op.register_fake
+def _im2col_fake(
+    x: torch.Tensor, kh: int, kw: int, dh: int, dw: int, ph: int, pw: int, sh: int, sw: int
+) -> torch.Tensor:
+    batch, channels, height, width = x.shape
+    out_h = (height + 2 * ph - dh * (kh - 1) - 1) // sh + 1
+    out_w = (width + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+    return x.new_empty((channels * kh * kw, batch * out_h * out_w))
 
 
 def add_layer_norm_reference(
@@ -124,7 +233,7 @@ def transpose_op(x: torch.Tensor) -> torch.Tensor:
     torch's copy elsewhere."""
     kernels = load_kernels()
     if kernels is None or not x.is_cuda or x.dtype not in KERNEL_DTYPES or (x.shape[1] > 1 and x.stride(1) != 1):
-        return x.t().contiguous()
+        return x.t().clone(memory_format=torch.contiguous_format)  # a copy even where x.t() is contiguous
     return kernels.transpose_rows(x)
 
 

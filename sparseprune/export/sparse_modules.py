@@ -7,9 +7,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from sparseprune.export.formats.base import PackedWeight
-from sparseprune.export.formats.extension import load_kernels
 from sparseprune.export.formats.nm import PackedNM, sp24_tiles
-from sparseprune.export.formats.tw import KERNEL_DTYPES, PackedTW
+from sparseprune.export.formats.tw import FeatureMajorMatmul, PackedTW
 
 
 class SparseLinear(nn.Module):
@@ -40,9 +39,10 @@ class SparseLinear(nn.Module):
         return self.packed_type.from_tensors(tensors, self.packed_metadata)
 
     @staticmethod
-    def _feature_major_weight(packed: PackedWeight, x: torch.Tensor, rows: int) -> PackedTW | None:
-        """The TW weight that computes this call feature-major: TW itself, the TW twin of an N:M weight where auto
-        takes the TW kernels for these rows, else None (the format reads rows)."""
+    def _feature_major_weight(packed: PackedWeight, x: torch.Tensor, rows: int) -> FeatureMajorMatmul | None:
+        """The weight that computes this call feature-major: TW itself, an N:M weight where auto takes the TW
+        kernels for these rows (`PackedNM.feature_major_twin`), else None (the format reads rows). Decided from x's
+        device, dtype and row count only, so a traced graph fixes it once."""
         if isinstance(packed, PackedTW):
             return packed
         return packed.feature_major_twin(x, rows) if isinstance(packed, PackedNM) else None
@@ -96,23 +96,50 @@ def im2col(
     feature_major: bool,
 ) -> tuple[torch.Tensor, int, int]:
     """The im2col matrix of x (B, C, H, W), as F.unfold orders it, in one pass: feature-major (C*kh*kw, B*oh*ow) or
-    row-major (B*oh*ow, C*kh*kw); and the output grid (oh, ow). Feature-major on CUDA in fp16/bf16 is the
-    extension's im2col kernel, which writes VGG16's matrices at 1.7-3.9x F.unfold's rate on an H200 (and F.unfold's
-    (B, C*kh*kw, L) would need a second copy for several images); the rest is a strided copy of the padded input."""
+    row-major (B*oh*ow, C*kh*kw); and the output grid (oh, ow). Feature-major is `sparseprune::im2col_feature_major`,
+    on CUDA in fp16/bf16 the extension's im2col kernel, which writes VGG16's matrices at 1.7-3.9x F.unfold's rate on
+    an H200 (and F.unfold's (B, C*kh*kw, L) would need a second copy for several images); the rest is a strided copy
+    of the padded input."""
+    out_h, out_w = conv_output_size(x, kernel_size, dilation, padding, stride)
+    if feature_major:
+        (kh, kw), (dh, dw), (ph, pw), (sh, sw) = kernel_size, dilation, padding, stride
+        return torch.ops.sparseprune.im2col_feature_major(x, kh, kw, dh, dw, ph, pw, sh, sw), out_h, out_w
+    batch, channels = x.shape[:2]
+    windows = _windows(x, kernel_size, dilation, padding, stride, out_h, out_w)
+    return windows.permute(0, 4, 5, 1, 2, 3).reshape(-1, channels * kernel_size[0] * kernel_size[1]), out_h, out_w
+
+
+def im2col_reference(
+    x: torch.Tensor,
+    kernel_size: tuple[int, int],
+    dilation: tuple[int, int],
+    padding: tuple[int, int],
+    stride: tuple[int, int],
+) -> torch.Tensor:
+    """The feature-major im2col matrix (C*kh*kw, B*oh*ow) in torch: one strided copy into a fresh tensor."""
+    batch, channels = x.shape[:2]
+    (kh, kw), out = kernel_size, conv_output_size(x, kernel_size, dilation, padding, stride)
+    columns = x.new_empty((channels * kh * kw, batch * out[0] * out[1]))
+    windows = _windows(x, kernel_size, dilation, padding, stride, *out)
+    columns.view(channels, kh, kw, batch, *out).copy_(windows.permute(1, 2, 3, 0, 4, 5))
+    return columns
+
+
+def _windows(
+    x: torch.Tensor,
+    kernel_size: tuple[int, int],
+    dilation: tuple[int, int],
+    padding: tuple[int, int],
+    stride: tuple[int, int],
+    out_h: int,
+    out_w: int,
+) -> torch.Tensor:
+    """windows[b, c, i, j, y, x] = padded[b, c, y*sh + i*dh, x*sw + j*dw], a strided view of the padded input."""
     batch, channels = x.shape[:2]
     (kh, kw), (dh, dw), (ph, pw), (sh, sw) = kernel_size, dilation, padding, stride
-    out_h, out_w = conv_output_size(x, kernel_size, dilation, padding, stride)
-    kernels = load_kernels()
-    if feature_major and kernels is not None and x.is_cuda and x.dtype in KERNEL_DTYPES:
-        return kernels.im2col_feature_major(x, kh, kw, dh, dw, ph, pw, sh, sw), out_h, out_w
     padded = F.pad(x, (pw, pw, ph, ph)) if ph or pw else x
     sb, sc, sy, sx = padded.stride()
-    windows = padded.as_strided(
-        (batch, channels, kh, kw, out_h, out_w), (sb, sc, sy * dh, sx * dw, sy * sh, sx * sw)
-    )  # windows[b, c, i, j, y, x] = padded[b, c, y*sh + i*dh, x*sw + j*dw]
-    if feature_major:
-        return windows.permute(1, 2, 3, 0, 4, 5).reshape(channels * kh * kw, -1), out_h, out_w
-    return windows.permute(0, 4, 5, 1, 2, 3).reshape(-1, channels * kh * kw), out_h, out_w
+    return padded.as_strided((batch, channels, kh, kw, out_h, out_w), (sb, sc, sy * dh, sx * dw, sy * sh, sx * sw))
 
 
 class SparseConv2d(SparseLinear):

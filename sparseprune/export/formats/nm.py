@@ -12,7 +12,8 @@ on 4096 x 11008 went from 13.5 to 11.0 us on an H200 (bench/results/nm_h200_pane
 `values` [K/m * kept, N] and `idx` uint8 [K/m * kept, N/vector], row-major. `values_by_row` and `positions` give
 either in the row-major form.
 
-`nm_matmul` picks one of four routes per call:
+`nm_matmul` picks one of four routes per call, in its custom op (`sparseprune::nm_matmul`, sparseprune.export.ops),
+so a traced graph holds one node per call whatever runs:
 - "simt": kernels_ext/nm_gemm.cu, any `vector`. M <= 16 runs a memory-bound SpMV that reads every kept weight once
   (on tensor cores from 5 rows for an element-wise packing with N/M <= 1/2 and K, N multiples of 32: each K step
   expanded back to a dense block in shared memory, kernels_ext/nm_gemv_mma.cu); larger M a shared-memory-tiled SpMM
@@ -50,9 +51,16 @@ from torch.utils.weak import WeakIdKeyDictionary
 from sparseprune.errors import UserError
 from sparseprune.export.formats import sp24
 from sparseprune.export.formats.base import TensorBundleMixin, apply_epilogue
-from sparseprune.export.formats.extension import load_kernels
+from sparseprune.export.formats.extension import kernels_built, load_kernels
 from sparseprune.export.formats.sp24 import CompressedSP24, SplitSP24, compress_split_24
-from sparseprune.export.formats.tw import ACTIVATIONS, KERNEL_DTYPES, PackedTW, pack_tw
+from sparseprune.export.formats.tw import (
+    ACTIVATIONS,
+    KERNEL_DTYPES,
+    FeatureMajorMatmul,
+    PackedTW,
+    check_epilogue,
+    pack_tw,
+)
 
 log = logging.getLogger(__name__)
 
@@ -221,10 +229,37 @@ class PackedNM(TensorBundleMixin):
         A `tile` other than "auto" runs it on the 2:4 sparse tensor cores with that CTA tile (see nm_matmul)."""
         return nm_matmul(x, self, bias, activation, tile=tile)
 
-    def feature_major_twin(self, like: torch.Tensor, rows: int) -> PackedTW | None:
-        """The PackedTW twin auto runs `rows` rows of an x on like's device and dtype on (the TW route, which reads x
-        feature-major), or None where it takes a route that reads x row-major."""
-        return tw_view(self) if auto_route(like, self, rows) == "tw" else None
+    def feature_major_twin(self, like: torch.Tensor, rows: int) -> NMOnTW | None:
+        """The weight on the TW route where auto runs `rows` rows of an x on like's device and dtype there (it reads
+        and writes either layout, as PackedTW does), or None where auto takes a route that reads x row-major."""
+        return NMOnTW(self) if auto_route(like, self, rows) == "tw" else None
+
+
+@dataclass(frozen=True)
+class NMOnTW(FeatureMajorMatmul):
+    """An N:M weight on the TW route, called as PackedTW is (x and y row-major or feature-major): one
+    `sparseprune::nm_matmul` node whose op runs the memoised TW twin (`tw_view`), so a traced graph holds the N:M
+    buffers themselves and no repack."""
+
+    packed: PackedNM
+
+    @property
+    def shape(self) -> tuple[int, int]:  # type: ignore[override]
+        return self.packed.shape
+
+    def _run(
+        self,
+        x: torch.Tensor,
+        bias: torch.Tensor | None,
+        activation: str | None,
+        x_feature_major: bool,
+        y_feature_major: bool,
+        kernel: str = "auto",
+    ) -> torch.Tensor:
+        if kernel != "auto":
+            raise UserError(f"an N:M weight on the TW route takes kernel 'auto' only, got {kernel!r}")
+        check_epilogue(bias, activation, self.shape[1])
+        return _nm_op(x, self.packed, bias, activation, "tw", "auto", x_feature_major, y_feature_major)
 
 
 def pack_nm(weight_kn: torch.Tensor, keep: torch.Tensor, m: int, vector: int = 1) -> PackedNM:
@@ -288,31 +323,63 @@ def nm_matmul(
     if bias is not None and bias.numel() != n:
         raise UserError(f"bias has {bias.numel()} entries, expected N = {n}")
     rows = x.reshape(-1, k)
-    route = auto_route(rows, packed) if kernel == "auto" else kernel
-    if route != "reference":
-        why = route_unavailable(rows, packed, route)
+    if kernel not in ("auto", "reference"):
+        why = route_unavailable(rows, packed, kernel)
         if why is not None:
-            raise UserError(f"N:M kernel {route!r} cannot run: {why}")
+            raise UserError(f"N:M kernel {kernel!r} cannot run: {why}")
+    return _nm_op(rows, packed, bias, activation, kernel, tile, False, False).reshape(*x.shape[:-1], n)
+
+
+def _nm_op(
+    x: torch.Tensor,
+    packed: PackedNM,
+    bias: torch.Tensor | None,
+    activation: str | None,
+    route: str,
+    tile: str,
+    x_feature_major: bool,
+    y_feature_major: bool,
+) -> torch.Tensor:
+    """The `sparseprune::nm_matmul` call (sparseprune.export.ops), whose op runs `run_route`."""
+    k, n = packed.shape
+    return torch.ops.sparseprune.nm_matmul(
+        x, packed.values, packed.idx, bias, k, n, packed.m, packed.kept, packed.vector, ACTIVATIONS[activation],
+        route, tile, x_feature_major, y_feature_major,
+    )  # fmt: skip
+
+
+def run_route(
+    x: torch.Tensor,
+    packed: PackedNM,
+    bias: torch.Tensor | None,
+    activation: str | None,
+    route: str,
+    tile: str,
+    x_feature_major: bool,
+    y_feature_major: bool,
+) -> torch.Tensor:
+    """y = act(x @ B + bias) on `route`, as the op runs it: x (M, K), or xT (K, M) when x_feature_major; y (M, N),
+    or yT (N, M) when y_feature_major (both meant for the TW route, which reads and writes either). "auto" is
+    decided here on the actual x (the tensor-core GEMV also needs its rows 16-byte aligned); a route that cannot run
+    on this x (a program traced for another device) runs the reference, as every op does off its kernels."""
+    rows = x.t() if x_feature_major else x
+    if route == "auto":
+        route = auto_route(rows, packed)
+    elif route != "reference" and route_unavailable(rows, packed, route) is not None:
+        route = "reference"
+    if route == "tw":
+        return tw_view(packed)._run(x, bias, activation, x_feature_major, y_feature_major)
     if route == "reference":
         y = nm_matmul_reference(rows, packed, bias, activation)
-    elif route == "tw":
-        y = tw_view(packed).matmul(rows, bias, activation)
     elif route == "sp24":
         y = sp24_view(packed).matmul(rows, bias, activation, tile)
     else:
+        k, n = packed.shape
         y = load_kernels().nm_matmul(
-            rows.contiguous(),
-            packed.values,
-            packed.idx,
-            None if bias is None else bias.to(x.dtype).contiguous(),
-            k,
-            n,
-            packed.m,
-            packed.kept,
-            packed.vector,
-            ACTIVATIONS[activation],
-        )
-    return y.reshape(*x.shape[:-1], n)
+            rows.contiguous(), packed.values, packed.idx, None if bias is None else bias.to(x.dtype).contiguous(),
+            k, n, packed.m, packed.kept, packed.vector, ACTIVATIONS[activation],
+        )  # fmt: skip
+    return y.t().contiguous() if y_feature_major else y
 
 
 def nm_matmul_reference(
@@ -329,7 +396,7 @@ def route_unavailable(x: torch.Tensor, packed: PackedNM, route: str) -> str | No
 
 def _device_unavailable(x: torch.Tensor, packed: PackedNM, route: str) -> str | None:
     """Why this build, x's device or dtype rule the route out (the packing aside), or None."""
-    if load_kernels() is None:
+    if not kernels_built():
         return "the sparseprune._kernels extension is not built"
     if not x.is_cuda:
         return f"x is on {x.device}, the kernels need CUDA"

@@ -13,12 +13,11 @@ from dataclasses import dataclass
 import torch
 
 from sparseprune.errors import UserError
-from sparseprune.export.formats.extension import load_kernels
+from sparseprune.export.formats.extension import load_kernels, sp24_unavailable_on
 from sparseprune.export.formats.tw import ACTIVATIONS, KERNEL_DTYPES
 
 K_ALIGN = 16  # must match kKAlign in kernels_ext/sp24_gemm.h (compressed rows of K/2 values, 16-byte aligned)
 N_ALIGN = 8  # must match kNAlign (16-byte aligned output columns)
-HOPPER = (9, 0)  # the sm_90a sparse wgmma runs on exactly this compute capability
 # CTA tile codes of kernels_ext/sp24_gemm.h (auto picks by shape).
 TILES = {"auto": 0, "wide": 1, "tall": 2, "pingpong": 3, "narrow": 4}
 FORCED_TILES = tuple(name for name in TILES if name != "auto")
@@ -50,12 +49,8 @@ class CompressedSP24:
         if tile not in TILES:
             raise UserError(f"tile must be one of {tuple(TILES)}, got {tile!r}")
         k, n = self.shape
-        if bias is not None:
-            bias = _aligned(bias.to(x.dtype).contiguous())
-        if source is not None:
-            source = _aligned(source.contiguous())
-        return load_kernels().sp24_matmul(
-            _aligned(x.contiguous()), self.values, self.meta, bias, k, n, ACTIVATIONS[activation], TILES[tile], source
+        return torch.ops.sparseprune.sp24_matmul(  # sparseprune.export.ops
+            x, self.values, self.meta, bias, k, n, ACTIVATIONS[activation], TILES[tile], source
         )
 
 
@@ -70,17 +65,7 @@ def shape_unsupported(k: int, n: int) -> str | None:
 
 def device_unavailable(x: torch.Tensor) -> str | None:
     """Why the 2:4 kernel cannot run on x's device in this build, or None when it can."""
-    kernels = load_kernels()
-    if kernels is None or not hasattr(kernels, "sp24_matmul"):
-        return "the extension was built without the CUTLASS 2:4 kernel (install nvidia-cutlass and rebuild)"
-    if not x.is_cuda:
-        return f"x is on {x.device}, the 2:4 kernel needs CUDA"
-    capability = torch.cuda.get_device_capability(x.device)
-    if capability != HOPPER:
-        return f"the 2:4 kernel needs a Hopper (sm_90) GPU, {x.device} is sm_{capability[0]}{capability[1]}"
-    if not kernels.sp24_available():
-        return "the 2:4 kernel has no sm_90a code in this build (TORCH_CUDA_ARCH_LIST must include 9.0a)"
-    return None
+    return sp24_unavailable_on(x.device)
 
 
 def _nonzero_groups(b_kn: torch.Tensor) -> torch.Tensor:
@@ -173,6 +158,6 @@ def compress_split_24(b_kn: torch.Tensor) -> CompressedSP24 | SplitSP24:
     return TwoPassSP24(compress_24(main), compress_24(rest))
 
 
-def _aligned(t: torch.Tensor) -> torch.Tensor:
+def aligned(t: torch.Tensor) -> torch.Tensor:
     """t itself when its data is 16-byte aligned (what TMA needs), else an aligned copy."""
     return t if t.data_ptr() % 16 == 0 else t.clone()

@@ -38,8 +38,93 @@ MMA_GEMV_MAX_M = 256  # must match kMmaGemvMaxM in kernels_ext/tw_gemm.h
 KERNEL_DTYPES = (torch.float16, torch.bfloat16)
 
 
+class FeatureMajorMatmul:
+    """`matmul` and `matmul_feature_major` over a `_run` that reads x row-major or feature-major and writes y either
+    way, the TW kernels' calling convention: shared by PackedTW and by N:M weights on the TW route (nm.NMOnTW)."""
+
+    shape: tuple[int, int]
+
+    def matmul(
+        self,
+        x: torch.Tensor,
+        bias: torch.Tensor | None = None,
+        activation: str | None = None,
+        feature_major_out: bool = False,
+        kernel: str = "auto",
+    ) -> torch.Tensor:
+        """y = act(x @ B + bias) for x (..., K); the CUDA kernel for fp16/bf16 CUDA inputs (`kernel` forces the
+        tensor-core family, see KERNELS; the reference ignores it).
+
+        x may be stored row-major or feature-major (the (..., K) view of a K-major tensor, as `feature_major_out`
+        returns y): the kernels read either without a copy. With `feature_major_out` y (..., N) is that view of a
+        contiguous (N, rows) tensor, which the next sparse layer reads without a transpose; elementwise torch ops
+        between the two (an activation, dropout) keep that storage.
+        """
+        k, n = self.shape
+        if x.shape[-1] != k:
+            raise UserError(f"x has {x.shape[-1]} features but the packed weight expects K = {k}")
+        lead = x.shape[:-1]
+        rows = x.reshape(-1, k)
+        if stored_feature_major(rows):
+            y = self._run_feature_major(rows.t(), bias, activation, feature_major_out, kernel)
+        else:
+            y = self._run(rows, bias, activation, False, feature_major_out, kernel)
+        return (y.t() if feature_major_out else y).reshape(*lead, n)
+
+    def matmul_feature_major(
+        self,
+        xt: torch.Tensor,
+        bias: torch.Tensor | None = None,
+        activation: str | None = None,
+        kernel: str = "auto",
+    ) -> torch.Tensor:
+        """yT = act(x @ B + bias)^T from xT (K, M): chained sparse layers stay feature-major, skipping transposes.
+
+        Any M: an M the tensor-core kernels cannot read feature-major (above CUDA_CORE_MAX_M and not a multiple of
+        8) is padded with zero columns, and the result is then a view of the first M columns (but for 9-15 rows
+        under `auto`, whose kernels pad x alone).
+        """
+        if xt.dim() != 2 or xt.shape[0] != self.shape[0]:
+            raise UserError(f"feature-major x must be (K={self.shape[0]}, M), got {tuple(xt.shape)}")
+        return self._run_feature_major(xt, bias, activation, True, kernel)
+
+    def _run_feature_major(
+        self,
+        xt: torch.Tensor,
+        bias: torch.Tensor | None,
+        activation: str | None,
+        y_feature_major: bool,
+        kernel: str,
+    ) -> torch.Tensor:
+        """_run on a feature-major xT (K, M), padding an M the tensor-core kernels cannot read that way (above
+        CUDA_CORE_MAX_M and not a multiple of 8) with zero columns; y then is a view of the first M outputs. From 9
+        to 15 rows the CUDA-core GEMV would otherwise take the call and multiply 16 rows on CUDA cores: 58 us at 12
+        rows on 4096 x 11008 at 50% sparsity, 21.5 padded for the tensor-core GEMV
+        (bench/results/tw_h200_gemv_pad.md). There `auto` leaves it to the binding, which pads x alone for the GEMV:
+        13-25% faster again (bench/results/tw_h200_pad_rows.md)."""
+        m = xt.shape[1]
+        pads_in_kernel = m <= SMALL_M and kernel == "auto"
+        if xt.is_cuda and m > CUDA_CORE_MAX_M and m % FEATURE_MAJOR_M_ALIGN and not pads_in_kernel:
+            padded = F.pad(xt, (0, -m % FEATURE_MAJOR_M_ALIGN))
+            y = self._run(padded, bias, activation, True, y_feature_major, kernel)
+            return y[:, :m] if y_feature_major else y[:m]
+        return self._run(xt, bias, activation, True, y_feature_major, kernel)
+
+    def _run(
+        self,
+        x: torch.Tensor,
+        bias: torch.Tensor | None,
+        activation: str | None,
+        x_feature_major: bool,
+        y_feature_major: bool,
+        kernel: str = "auto",
+    ) -> torch.Tensor:
+        """The call on x (M, K), or xT (K, M) when x_feature_major; y (M, N), or yT (N, M) when y_feature_major."""
+        raise NotImplementedError
+
+
 @dataclass(frozen=True)
-class PackedTW:
+class PackedTW(FeatureMajorMatmul):
     """A TW (or TEW, when the residual is present) weight in the layout the CUDA kernel reads."""
 
     format_name: ClassVar[str] = "tw"
@@ -114,72 +199,6 @@ class PackedTW:
         keep_host_copy(packed.tile_ptr, self.host_tile_ptr)
         return packed
 
-    def matmul(
-        self,
-        x: torch.Tensor,
-        bias: torch.Tensor | None = None,
-        activation: str | None = None,
-        feature_major_out: bool = False,
-        kernel: str = "auto",
-    ) -> torch.Tensor:
-        """y = act(x @ B + bias) for x (..., K); the CUDA kernel for fp16/bf16 CUDA inputs (`kernel` forces the
-        tensor-core family, see KERNELS; the reference ignores it).
-
-        x may be stored row-major or feature-major (the (..., K) view of a K-major tensor, as `feature_major_out`
-        returns y): the kernels read either without a copy. With `feature_major_out` y (..., N) is that view of a
-        contiguous (N, rows) tensor, which the next sparse layer reads without a transpose; elementwise torch ops
-        between the two (an activation, dropout) keep that storage.
-        """
-        k, n = self.shape
-        if x.shape[-1] != k:
-            raise UserError(f"x has {x.shape[-1]} features but the packed TW weight expects K = {k}")
-        lead = x.shape[:-1]
-        rows = x.reshape(-1, k)
-        if stored_feature_major(rows):
-            y = self._run_feature_major(rows.t(), bias, activation, feature_major_out, kernel)
-        else:
-            y = self._run(rows, bias, activation, False, feature_major_out, kernel)
-        return (y.t() if feature_major_out else y).reshape(*lead, n)
-
-    def matmul_feature_major(
-        self,
-        xt: torch.Tensor,
-        bias: torch.Tensor | None = None,
-        activation: str | None = None,
-        kernel: str = "auto",
-    ) -> torch.Tensor:
-        """yT = act(x @ B + bias)^T from xT (K, M): chained sparse layers stay feature-major, skipping transposes.
-
-        Any M: an M the tensor-core kernels cannot read feature-major (above CUDA_CORE_MAX_M and not a multiple of
-        8) is padded with zero columns, and the result is then a view of the first M columns (but for 9-15 rows
-        under `auto`, whose kernels pad x alone).
-        """
-        if xt.dim() != 2 or xt.shape[0] != self.shape[0]:
-            raise UserError(f"feature-major x must be (K={self.shape[0]}, M), got {tuple(xt.shape)}")
-        return self._run_feature_major(xt, bias, activation, True, kernel)
-
-    def _run_feature_major(
-        self,
-        xt: torch.Tensor,
-        bias: torch.Tensor | None,
-        activation: str | None,
-        y_feature_major: bool,
-        kernel: str,
-    ) -> torch.Tensor:
-        """_run on a feature-major xT (K, M), padding an M the tensor-core kernels cannot read that way (above
-        CUDA_CORE_MAX_M and not a multiple of 8) with zero columns; y then is a view of the first M outputs. From 9
-        to 15 rows the CUDA-core GEMV would otherwise take the call and multiply 16 rows on CUDA cores: 58 us at 12
-        rows on 4096 x 11008 at 50% sparsity, 21.5 padded for the tensor-core GEMV
-        (bench/results/tw_h200_gemv_pad.md). There `auto` leaves it to the binding, which pads x alone for the GEMV:
-        13-25% faster again (bench/results/tw_h200_pad_rows.md)."""
-        m = xt.shape[1]
-        pads_in_kernel = m <= SMALL_M and kernel == "auto"
-        if xt.is_cuda and m > CUDA_CORE_MAX_M and m % FEATURE_MAJOR_M_ALIGN and not pads_in_kernel:
-            padded = F.pad(xt, (0, -m % FEATURE_MAJOR_M_ALIGN))
-            y = self._run(padded, bias, activation, True, y_feature_major, kernel)
-            return y[:, :m] if y_feature_major else y[:m]
-        return self._run(xt, bias, activation, True, y_feature_major, kernel)
-
     def _run(
         self,
         x: torch.Tensor,
@@ -189,13 +208,9 @@ class PackedTW:
         y_feature_major: bool,
         kernel: str = "auto",
     ) -> torch.Tensor:
-        """The call on x (M, K), or xT (K, M) when x_feature_major; y (M, N), or yT (N, M) when y_feature_major."""
         if kernel not in KERNELS:
             raise UserError(f"kernel must be one of {sorted(KERNELS)}, got {kernel!r}")
-        if activation not in ACTIVATIONS:
-            raise UserError(f"activation must be one of None, 'relu', 'gelu', got {activation!r}")
-        if bias is not None and bias.numel() != self.shape[1]:
-            raise UserError(f"bias has {bias.numel()} entries, expected N = {self.shape[1]}")
+        check_epilogue(bias, activation, self.shape[1])
         k, n = self.shape
         return torch.ops.sparseprune.tw_matmul(  # sparseprune.export.ops: the kernel, or the reference off CUDA
             x,
@@ -218,6 +233,14 @@ class PackedTW:
             y_feature_major,
             KERNELS[kernel],
         )
+
+
+def check_epilogue(bias: torch.Tensor | None, activation: str | None, n: int) -> None:
+    """Raise UserError unless `activation` is one the kernels fuse and `bias` has N entries."""
+    if activation not in ACTIVATIONS:
+        raise UserError(f"activation must be one of None, 'relu', 'gelu', got {activation!r}")
+    if bias is not None and bias.numel() != n:
+        raise UserError(f"bias has {bias.numel()} entries, expected N = {n}")
 
 
 def host_copy(index: torch.Tensor) -> torch.Tensor:
