@@ -7,7 +7,7 @@ import copy
 import json
 import logging
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,12 +16,13 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 from rich.console import Console
 from rich.table import Table
-from safetensors.torch import save_file
 
 from sparseprune.batches import to_dtype, transfer_batch
 from sparseprune.checkpoints import load_checkpoint, load_weights, pruning_state, run_config
 from sparseprune.config_types import check_export_config
 from sparseprune.errors import UserError
+from sparseprune.export.architectures import describe
+from sparseprune.export.artifact import write_artifact
 from sparseprune.export.feature_major_bert import with_feature_major_encoders
 from sparseprune.export.fold import fold_batch_norms, foldable_pairs
 from sparseprune.export.formats.base import PackedWeight
@@ -93,25 +94,27 @@ def pack_model(prunable: list[PrunableWeight], state: dict[str, Any]) -> dict[st
     }
 
 
-def save_packed(
-    model: Any, packed: dict[str, PackedWeight], state: dict[str, Any], folded: list[str], out_dir: Path
-) -> Path:
-    """packed.safetensors (packed arrays + every other parameter/buffer) and packed.json (how to read them, and which
-    batch norms were folded into their convolutions, so are absent)."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    tensors = {f"packed::{name}::{key}": t.contiguous() for name, p in packed.items() for key, t in p.tensors().items()}
-    tensors |= {f"dense::{k}": v.contiguous() for k, v in model.state_dict().items() if k not in packed}
-    save_file(tensors, out_dir / "packed.safetensors")
-    meta = {
-        "pattern": state["pattern"],
-        "folded_batch_norms": folded,
-        "layers": {
-            name: {"format": p.format_name, "metadata": p.metadata(), "packed_bytes": p.nbytes()}
-            for name, p in packed.items()
-        },
-    }
-    (out_dir / "packed.json").write_text(json.dumps(meta, indent=2))
-    return out_dir / "packed.safetensors"
+@dataclass
+class Twin:
+    """What export builds from a rebuilt checkpoint: the (folded) masked dense model, its prunable weights and packed
+    layers, the layer-by-layer sparse model and the twin export checks, times and writes as its artifact."""
+
+    model: Any
+    weights: list[PrunableWeight]
+    folded: list[str]
+    packed: dict[str, PackedWeight]
+    sparse: Any
+    twin: Any
+    stream_encoders: list[str]
+
+
+def build_twin(reference: Any, weights: list[PrunableWeight], state: dict[str, Any], fold: bool) -> Twin:
+    """Fold (when `fold`), pack and swap: export's steps 1 and 2, the reference model left as trained."""
+    model, weights, folded = fold_model(reference, weights) if fold else (reference, weights, [])
+    packed = pack_model(weights, state)
+    sparse = sparsify(model, weights, packed)  # layer by layer: what the per-layer timing and choice work on
+    twin, stream_encoders = streamed(sparse)
+    return Twin(model, weights, folded, packed, sparse, twin, stream_encoders)
 
 
 def _relative_error(output: torch.Tensor, reference: torch.Tensor) -> float:
@@ -156,11 +159,11 @@ def _export(cfg: DictConfig, staging: Path, out_dir: Path) -> dict[str, Any]:
     dtype = _dtype(cfg.dtype, device)
     compiles = _compiles(cfg.compile, device)
     reference, weights, datamodule, state = rebuild(ckpt, cfg.batch_size)
-    model, weights, folded = fold_model(reference, weights) if cfg.fold_batch_norm else (reference, weights, [])
-    packed = pack_model(weights, state)
-    saved = out_dir / save_packed(model, packed, state, folded, staging).name
-    sparse = sparsify(model, weights, packed)  # layer by layer: what the per-layer timing and choice work on
-    twin, stream_encoders = streamed(sparse)
+    built = build_twin(reference, weights, state, cfg.fold_batch_norm)
+    model, weights, folded, packed = built.model, built.weights, built.folded, built.packed
+    sparse, twin, stream_encoders = built.sparse, built.twin, built.stream_encoders
+    architecture = describe(model)
+    saved = out_dir / write_artifact(staging, model, packed, state["pattern"], folded, architecture).name
     datamodule.setup("validate")
     batch = next(iter(datamodule.val_dataloader()))
 
