@@ -98,7 +98,7 @@ at::Tensor tw_matmul(const at::Tensor& x, const at::Tensor& values, const at::Te
               num(x_feature_major ? x.size(0) : x.size(1)),
               " but the packed weight has K = ", num(K));
   TORCH_CHECK(K % 8 == 0 && N % 8 == 0, "K and N must be multiples of 8, got K = ", num(K), ", N = ", num(N));
-  TORCH_CHECK(granularity == 32 || granularity == 64 || granularity == 128, "granularity must be 32, 64 or 128");
+  TORCH_CHECK(tw::supports_granularity(granularity), "granularity must be 32, 64 or 128");
   check_activation_code(activation);
   TORCH_CHECK(path >= 0 && path <= 7 && path != 4 && path != 6,
               "path must be 0 (auto), 1 (mma.sync), 2 (wgmma), 3 (wgmma.ws), 5 (gemv.mma) or 7 (wgmma.rows)");
@@ -244,7 +244,8 @@ at::Tensor nm_matmul(const at::Tensor& x, const at::Tensor& values, const at::Te
   const at::Device device = x.device();
   const auto dtype = x.scalar_type();
   TORCH_CHECK(x.size(1) == K, "x has K = ", num(x.size(1)), " but the packed weight has K = ", num(K));
-  TORCH_CHECK(m >= 2 && m <= 32 && (m & (m - 1)) == 0, "N:M kernels need M a power of two in [2, 32], got M = ", num(m));
+  TORCH_CHECK(m >= 2 && m <= nm::kMaxM && (m & (m - 1)) == 0, "N:M kernels need M a power of two in [2, ",
+              num(nm::kMaxM), "], got M = ", num(m));
   TORCH_CHECK(kept >= 1 && kept < m, "N:M kernels need 1 <= N < M, got N = ", num(kept), ", M = ", num(m));
   TORCH_CHECK(K >= 0 && K % m == 0, "K must be a multiple of M, got K = ", num(K), ", M = ", num(m));
   TORCH_CHECK(N > 0 && N % 8 == 0, "N must be a positive multiple of 8 (16-byte value rows), got N = ", num(N));
@@ -420,7 +421,7 @@ at::Tensor sp24_matmul(const at::Tensor& x, const at::Tensor& values, const at::
   TORCH_CHECK(aligned16(x.data_ptr()), "x must be 16-byte aligned");
   check_activation_code(activation);
   TORCH_CHECK(tile >= static_cast<int64_t>(sp24::Tile::kAuto) && tile <= static_cast<int64_t>(sp24::kLastTile),
-              "tile code must be 0 (auto), 1 (wide), 2 (tall), 3 (pingpong), 4 (wide192) or 5 (narrow), got ",
+              "tile code must be 0 (auto), 1 (wide), 2 (tall), 3 (pingpong) or 4 (narrow), got ",
               num(tile));
   const sp24::CompressedSizes sizes = sp24::compressed_sizes(N, K);
   check_cuda_tensor(values, "values", device);
@@ -528,6 +529,40 @@ at::Tensor add_layer_norm_feature_major(const at::Tensor& x, const at::Tensor& r
   return out;
 }
 
+// The constants of the headers that Python's dispatch and packing use, by qualified C++ name: sparseprune/export/
+// formats/limits.py holds the same values and refuses an extension built from headers that disagree.
+pybind11::dict limits() {
+  pybind11::dict out;
+  out["tw::kKStep"] = tw::kKStep;
+  out["tw::kSmallM"] = tw::kSmallM;
+  out["tw::kGemvMaxM"] = tw::kGemvMaxM;
+  out["tw::kMmaGemvMaxM"] = tw::kMmaGemvMaxM;
+  out["tw::kGranularities"] = pybind11::make_tuple(tw::kGranularities[0], tw::kGranularities[1], tw::kGranularities[2]);
+  out["tw::Path::kAuto"] = static_cast<int>(tw::Path::kAuto);
+  out["tw::Path::kMmaSync"] = static_cast<int>(tw::Path::kMmaSync);
+  out["tw::Path::kWgmma"] = static_cast<int>(tw::Path::kWgmma);
+  out["tw::Path::kWgmmaWs"] = static_cast<int>(tw::Path::kWgmmaWs);
+  out["tw::Path::kGemvMma"] = static_cast<int>(tw::Path::kGemvMma);
+  out["tw::Path::kWgmmaRows"] = static_cast<int>(tw::Path::kWgmmaRows);
+  out["nm::kSmallM"] = nm::kSmallM;
+  out["nm::kMaxM"] = nm::kMaxM;
+  out["nm::kPanel"] = nm::kPanel;
+  out["nm::kGemvMmaMinM"] = nm::kGemvMmaMinM;
+  out["nm::kGemvMmaStep"] = nm::kGemvMmaStep;
+  out["norm::kHStep"] = sparseprune::norm::kHStep;
+  out["norm::kMaxH"] = sparseprune::norm::kMaxH;
+#ifdef SPARSEPRUNE_SP24
+  out["sp24::kKAlign"] = sp24::kKAlign;
+  out["sp24::kNAlign"] = sp24::kNAlign;
+  out["sp24::Tile::kAuto"] = static_cast<int>(sp24::Tile::kAuto);
+  out["sp24::Tile::kWide"] = static_cast<int>(sp24::Tile::kWide);
+  out["sp24::Tile::kTall"] = static_cast<int>(sp24::Tile::kTall);
+  out["sp24::Tile::kPingpong"] = static_cast<int>(sp24::Tile::kPingpong);
+  out["sp24::Tile::kNarrow"] = static_cast<int>(sp24::Tile::kNarrow);
+#endif
+  return out;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -543,6 +578,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         pybind11::arg("x"), pybind11::arg("values"), pybind11::arg("idx"), pybind11::arg("bias"), pybind11::arg("K"),
         pybind11::arg("N"), pybind11::arg("m"), pybind11::arg("kept"), pybind11::arg("vector"),
         pybind11::arg("activation"));
+  m.def("limits", &limits, "The headers' constants that Python's dispatch and packing use, by qualified C++ name");
   m.def("transpose_rows", &transpose_rows, "x^T, contiguous, for a 2-D x with contiguous rows", pybind11::arg("x"));
   m.def("add_layer_norm_feature_major", &add_layer_norm_feature_major,
         "LayerNorm(x + residual) over dim 0 of feature-major (H, T) activations", pybind11::arg("x"),

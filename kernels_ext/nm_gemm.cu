@@ -318,12 +318,6 @@ int gemv_splits(const PackedNMView& w, const Problem& p) {
   return static_cast<int>(std::min<int64_t>({by_rows, by_sms, 32}));
 }
 
-// Rows of x from which the tensor-core GEMV (nm_gemv_mma.cu) takes an element-wise packing it supports: its time
-// hardly moves with the rows, the SpMV's grows with every one (H200, 4096 x 11008: at 8 rows the tensor-core GEMV is
-// faster on every pattern, bench/results/nm_h200_gemv_mma.md; at 4, where the SpMV fits three CTAs per SM, the SpMV
-// on every pattern, 15-22 us against the GEMV's 21-29 at 5 rows, bench/results/nm_h200_rows_flat_expand.md).
-constexpr int kGemvMmaMinM = 5;
-
 template <typename T, int MaxM>
 const char* run_gemv(const PackedNMView& w, const Problem& p, int splits) {
   if (splits > 1 && p.workspace == nullptr) return "the split-K N:M SpMV needs its fp32 workspace";

@@ -53,6 +53,14 @@ struct Problem {
 };
 
 constexpr int kSmallM = 16;  // M up to this runs the memory-bound SpMV kernel, larger M the SIMT SpMM
+constexpr int kMaxM = 32;    // largest group the kernels take (M a power of two from 2)
+// Rows of x from which the SpMV hands an element-wise packing the tensor-core GEMV (nm_gemv_mma.cu) supports over to
+// it: its time hardly moves with the rows, the SpMV's grows with every one (H200, 4096 x 11008: at 8 rows the
+// tensor-core GEMV is faster on every pattern, bench/results/nm_h200_gemv_mma.md; at 4, where the SpMV fits three
+// CTAs per SM, the SpMV on every pattern, 15-22 us against the GEMV's 21-29 at 5 rows,
+// bench/results/nm_h200_rows_flat_expand.md).
+constexpr int kGemvMmaMinM = 5;
+constexpr int kGemvMmaStep = 32;  // the tensor-core GEMV's K step and CTA columns: K and N must be multiples of it
 
 // fp32 entries of the split-K workspace the launch needs (0: none).
 int64_t workspace_floats(const PackedNMView& w, const Problem& p);

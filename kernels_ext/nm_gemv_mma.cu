@@ -26,8 +26,8 @@ using tw::swizzle;
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
-constexpr int kCols = 32;      // columns per CTA
-constexpr int kStepK = 32;     // dense K rows per step: two k16 MMAs
+constexpr int kCols = kGemvMmaStep;   // columns per CTA
+constexpr int kStepK = kGemvMmaStep;  // dense K rows per step: two k16 MMAs
 constexpr int kMaxRows = 16;   // packed rows per step at most: kept / m <= 1/2
 constexpr int kStages = 3;  // six, at one CTA per SM, were 30% slower
 constexpr int kXBytes = kSmallM * kStepK * 2;      // [16 rows of x][32 k], 64-byte rows, swizzled

@@ -77,6 +77,8 @@ struct Plan {
 };
 
 constexpr int kKStep = 32;  // kept K of every tile is padded to a multiple of this
+constexpr int kGranularities[] = {32, 64, 128};  // tile widths G the kernels are built for
+constexpr bool supports_granularity(int64_t g) { return g == 32 || g == 64 || g == 128; }
 constexpr int kSmallM = 16;   // M up to this is memory bound: a GEMV streams each packed value once
 constexpr int kGemvMaxM = 8;  // M up to this runs on CUDA cores; above, an x with 16-byte rows on tensor cores
 constexpr int kMmaGemvMaxM = 256;  // M up to which auto may take the tensor-core GEMV (one launch, no workspace)

@@ -21,13 +21,14 @@ from __future__ import annotations
 import torch
 
 from sparseprune.export.formats.extension import load_kernels
+from sparseprune.export.formats.limits import limit
 from sparseprune.export.formats.nm import PackedNM, run_route
 from sparseprune.export.formats.sp24 import aligned
 from sparseprune.export.formats.tw import ACTIVATIONS, KERNEL_DTYPES, PackedTW, host_copy, tw_matmul_reference
 from sparseprune.export.sparse_modules import im2col_reference
 
 ROW_FLEXIBLE_PATHS = (0, 7)  # "auto" and "wgmma.rows" plan their work items on the host from tile_ptr
-NORM_H_STEP, NORM_MAX_H = 64, 1024  # hidden sizes the LayerNorm kernel takes: kHStep, kMaxH in kernels_ext/layer_norm.h
+NORM_H_STEP, NORM_MAX_H = limit("norm::kHStep"), limit("norm::kMaxH")  # hidden sizes the LayerNorm kernel takes
 ACTIVATION_NAMES = {code: name for name, code in ACTIVATIONS.items()}
 
 

@@ -15,6 +15,8 @@ from types import ModuleType
 
 import torch
 
+from sparseprune.export.formats.limits import check_build
+
 log = logging.getLogger(__name__)
 
 HOPPER = (9, 0)  # the sm_90a sparse wgmma runs on exactly this compute capability
@@ -22,12 +24,14 @@ HOPPER = (9, 0)  # the sm_90a sparse wgmma runs on exactly this compute capabili
 
 @functools.cache
 def load_kernels() -> ModuleType | None:
-    """The extension module, imported once; None when it was not built or does not load."""
+    """The extension module, imported once; None when it was not built or does not load. UserError where it was
+    built from headers whose constants differ from Python's (`limits.check_build`)."""
     try:
         from sparseprune import _kernels
     except ImportError as err:
         log.info("sparseprune CUDA kernels unavailable (%s): using the torch reference ops", err)
         return None
+    check_build(_kernels)
     return _kernels
 
 

@@ -52,6 +52,7 @@ from sparseprune.errors import UserError
 from sparseprune.export.formats import sp24
 from sparseprune.export.formats.base import TensorBundleMixin, apply_epilogue
 from sparseprune.export.formats.extension import kernels_built, load_kernels
+from sparseprune.export.formats.limits import limit
 from sparseprune.export.formats.sp24 import CompressedSP24, SplitSP24, compress_split_24
 from sparseprune.export.formats.tw import (
     ACTIVATIONS,
@@ -65,9 +66,9 @@ from sparseprune.export.formats.tw import (
 log = logging.getLogger(__name__)
 
 KERNELS = ("auto", "simt", "tw", "sp24", "reference")
-KERNEL_MAX_M = 32  # largest group the kernels take; must match the binding's check in kernels_ext/bindings.cpp
-SMALL_M = 16  # rows of x up to which the SpMV runs; must match kSmallM in kernels_ext/nm_gemm.h
-PANEL = 32  # columns per panel of the element-wise layout; must match kPanel in kernels_ext/nm_gemm.h
+KERNEL_MAX_M = limit("nm::kMaxM")  # largest group the kernels take
+SMALL_M = limit("nm::kSmallM")  # rows of x up to which the SpMV runs
+PANEL = limit("nm::kPanel")  # columns per panel of the element-wise layout
 # Layout names in the metadata: files exported before the panels carry none and were row-major throughout.
 LAYOUTS = {True: "column-panels", False: "row-major"}
 TW_MIN_VECTOR = 16  # narrowest vector that goes to the tensor-core TW route
@@ -85,8 +86,8 @@ SPMV_MAX_ROW_DENSITY = 0.5
 # SpMV's tensor-core GEMV takes (element-wise, N/M <= 1/2, K and N multiples of 32: 4:16 at 0.84-0.91x dense from 5
 # to 16 rows; bench/results/nm_h200_gemv_mma.md) keeps the "simt" route up to SMALL_M rows.
 SPLIT_SP24_MIN_ROWS = 8
-TENSOR_CORE_GEMV_STEP = 32  # K and N multiple the tensor-core GEMV needs; must match kStepK and kCols there
-TENSOR_CORE_GEMV_MIN_ROWS = 5  # rows of x from which the SpMV hands over to it; must match kGemvMmaMinM
+TENSOR_CORE_GEMV_STEP = limit("nm::kGemvMmaStep")  # K and N multiple the tensor-core GEMV needs
+TENSOR_CORE_GEMV_MIN_ROWS = limit("nm::kGemvMmaMinM")  # rows of x from which the SpMV hands over to it
 # Smallest group M at which that GEMV beats the sparse tensor cores on an N <= 2 pattern (H200, 4096 x 11008, 5 to 16
 # rows, one run: 1:4 at 25.7 us against 31.4-31.6, 2:8 at 25.6-26.8 against 30.9-31.8, 1:8 at 21.5 against 31.2-31.3;
 # bench/results/nm_h200_rows_flat_expand.md). 1:2 is untried.

@@ -14,12 +14,14 @@ import torch
 
 from sparseprune.errors import UserError
 from sparseprune.export.formats.extension import load_kernels, sp24_unavailable_on
+from sparseprune.export.formats.limits import codes, limit
 from sparseprune.export.formats.tw import ACTIVATIONS, KERNEL_DTYPES
 
-K_ALIGN = 16  # must match kKAlign in kernels_ext/sp24_gemm.h (compressed rows of K/2 values, 16-byte aligned)
-N_ALIGN = 8  # must match kNAlign (16-byte aligned output columns)
+K_ALIGN = limit("sp24::kKAlign")  # compressed rows of K/2 values, 16-byte aligned
+N_ALIGN = limit("sp24::kNAlign")  # 16-byte aligned output columns
 # CTA tile codes of kernels_ext/sp24_gemm.h (auto picks by shape).
-TILES = {"auto": 0, "wide": 1, "tall": 2, "pingpong": 3, "narrow": 4}
+TILES = codes("sp24::Tile", {"auto": "kAuto", "wide": "kWide", "tall": "kTall", "pingpong": "kPingpong",
+                             "narrow": "kNarrow"})  # fmt: skip
 FORCED_TILES = tuple(name for name in TILES if name != "auto")
 
 

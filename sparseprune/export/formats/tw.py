@@ -20,21 +20,23 @@ import torch
 import torch.nn.functional as F
 
 from sparseprune.errors import UserError
+from sparseprune.export.formats.limits import LIMITS, codes, limit
 
 log = logging.getLogger(__name__)
 
-K_STEP = 32  # kernel K step; must match kKStep in kernels_ext/tw_gemm.h
-CUDA_CORE_MAX_M = 8  # rows up to which the GEMV runs on CUDA cores; must match kGemvMaxM in kernels_ext/tw_gemm.h
-SMALL_M = 16  # rows up to which `auto` runs a GEMV; must match kSmallM in kernels_ext/tw_gemm.h
+K_STEP = limit("tw::kKStep")  # kernel K step
+CUDA_CORE_MAX_M = limit("tw::kGemvMaxM")  # rows up to which the GEMV runs on CUDA cores
+SMALL_M = limit("tw::kSmallM")  # rows up to which `auto` runs a GEMV
 FEATURE_MAJOR_M_ALIGN = 8  # past CUDA_CORE_MAX_M the tensor-core kernels read a feature-major x in 16-byte runs of M
-GRANULARITIES = (32, 64, 128)
+GRANULARITIES = LIMITS["tw::kGranularities"][1]
 ACTIVATIONS = {None: 0, "relu": 1, "gelu": 2}
 # Tensor-core family for M > 16: "auto" picks the tensor-core GEMV "gemv.mma" up to MMA_GEMV_MAX_M rows where its
 # CTAs are few, else the warp-specialized "wgmma.ws" on Hopper (G 64/128), else mma.sync; "wgmma" is the earlier
 # Hopper kernel, kept for comparison; "wgmma.rows" the Hopper kernel whose items take 64-128 rows of x, per tile,
 # which "auto" takes over wgmma.ws's 128-row items where its planned schedule is much evener.
-KERNELS = {"auto": 0, "mma.sync": 1, "wgmma": 2, "wgmma.ws": 3, "gemv.mma": 5, "wgmma.rows": 7}
-MMA_GEMV_MAX_M = 256  # must match kMmaGemvMaxM in kernels_ext/tw_gemm.h
+KERNELS = codes("tw::Path", {"auto": "kAuto", "mma.sync": "kMmaSync", "wgmma": "kWgmma", "wgmma.ws": "kWgmmaWs",
+                             "gemv.mma": "kGemvMma", "wgmma.rows": "kWgmmaRows"})  # fmt: skip
+MMA_GEMV_MAX_M = limit("tw::kMmaGemvMaxM")
 KERNEL_DTYPES = (torch.float16, torch.bfloat16)
 
 
