@@ -28,11 +28,8 @@ from transformers.modeling_outputs import BaseModelOutputWithPastAndCrossAttenti
 
 from sparseprune.errors import UserError
 from sparseprune.export.formats.nm import TW_MIN_VECTOR, PackedNM, tw_view
-from sparseprune.export.formats.tw import ACTIVATIONS, PackedTW, concat_tw
+from sparseprune.export.formats.tw import ACTIVATIONS, FEATURE_MAJOR_M_ALIGN, SMALL_M, PackedTW, concat_tw
 from sparseprune.export.sparse_modules import SparseLinear
-
-FEATURE_MAJOR_ALIGN = 8  # the TW kernels read a feature-major x in 16-byte runs of tokens (or at most 16 tokens)
-SMALL_TOKENS = 16
 
 
 def _tw_weight(module: nn.Module) -> PackedTW | None:
@@ -213,7 +210,8 @@ class FeatureMajorBertEncoder(nn.Module):
         if kwargs.get("output_attentions") or kwargs.get("output_hidden_states"):
             raise UserError("the feature-major encoder returns the last hidden state only")
         batch, seq, hidden = hidden_states.shape
-        padded = seq if (batch * seq) % FEATURE_MAJOR_ALIGN == 0 or batch * seq <= SMALL_TOKENS else _aligned(seq)
+        # the TW kernels read a feature-major x in 16-byte runs of tokens, or run a GEMV on at most SMALL_M tokens
+        padded = seq if (batch * seq) % FEATURE_MAJOR_M_ALIGN == 0 or batch * seq <= SMALL_M else _aligned(seq)
         mask = _sdpa_mask(attention_mask, seq, padded, hidden_states.device)
         if padded != seq:
             hidden_states = F.pad(hidden_states, (0, 0, 0, padded - seq))
@@ -227,7 +225,7 @@ class FeatureMajorBertEncoder(nn.Module):
 
 
 def _aligned(seq: int) -> int:
-    return -(-seq // FEATURE_MAJOR_ALIGN) * FEATURE_MAJOR_ALIGN
+    return -(-seq // FEATURE_MAJOR_M_ALIGN) * FEATURE_MAJOR_M_ALIGN
 
 
 def _is_bert_encoder(module: nn.Module) -> bool:
