@@ -20,6 +20,9 @@ from sparseprune.checkpoints import PRUNING_STATE_KEY
 from sparseprune.errors import UserError
 from sparseprune.gemm_view import PrunableWeight, find_prunable
 from sparseprune.importance import KINDS, magnitude_scores, reduce_scores, taylor_scores
+from sparseprune.latency.allocation import LatencyAllocator, best_case, check_allocation, unreachable_message
+from sparseprune.latency.options import LatencyOptions, stage_prediction
+from sparseprune.latency.predictor import LatencyModel
 from sparseprune.masking import MaskedWeights, check_codes, layer_sparsity, overall_sparsity
 from sparseprune.patterns.base import pattern_from_config
 from sparseprune.plots import layer_sparsity_figure, save_figure
@@ -36,6 +39,11 @@ class StagedPruning(L.Callback):
     (ranked across layers unless `scope="layer"`), zero pruned weights. After every optimizer step the
     masks are re-applied, so pruned weights stay exactly zero. Masks, the stage reached and per-stage
     results live in the checkpoint: a resumed run continues the same stage with bit-identical masks.
+
+    With `allocation="latency"` units are ranked by importance per predicted microsecond saved
+    (`sparseprune.latency.allocation`), layers whose sparse call would lose to dense stay dense (`dense_layers`),
+    and `schedule.target_speedup` makes each stage aim at a predicted speedup. Every stage's predicted speedup, whole
+    model and per layer, is reported wherever the pattern has a latency model.
     """
 
     def __init__(
@@ -48,6 +56,8 @@ class StagedPruning(L.Callback):
         exclude: list[str] | None = None,
         monitor: str | None = None,
         plot_dir: str | None = None,
+        allocation: str = "importance",
+        latency: Mapping[str, Any] | None = None,
     ) -> None:
         self.pattern_config = dict(pattern)
         self.pattern = pattern_from_config(self.pattern_config)
@@ -60,12 +70,18 @@ class StagedPruning(L.Callback):
         if fixed is not None and abs(fixed - self.schedule.target) > 1e-9:
             raise UserError(f"pattern {self.pattern.name} fixes sparsity at {fixed:g}; set schedule.target={fixed:g}")
         self.scope = Scope(scope, max_layer_sparsity)  # type: ignore[arg-type]
+        check_allocation(allocation, self.pattern.name, self.scope, self.schedule.target_speedup)
+        self.allocation = allocation
+        self.latency = LatencyOptions(**dict(latency or {}))
+        self.latency_model: LatencyModel | None = None  # built at the first need, from one training batch
+        self.dense_layers: list[str] = []  # pruned layers kept dense: their sparse call would be slower
+        self.predictions: dict[int, dict[str, Any]] = {}  # predicted speedups of each stage
         self.exclude = exclude
         self.monitor = monitor
         self.plot_dir = Path(plot_dir) if plot_dir else None
         self.completed_stage = -1
         self.codes: dict[str, torch.Tensor] = {}
-        self.stage_results: list[dict[str, float]] = []
+        self.stage_results: list[dict[str, Any]] = []
         self.weights: list[PrunableWeight] = []
         self.masked: MaskedWeights | None = None
         self._hooks: list[Any] = []
@@ -93,6 +109,13 @@ class StagedPruning(L.Callback):
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self.codes:  # resumed: the checkpoint's masks, exactly
             self._install_masks()
+        speedups = self.schedule.stage_speedups
+        if speedups and self.completed_stage < len(speedups) - 1:  # out of reach: say so before training
+            model = self._latency_model(trainer, pl_module)
+            shapes = {w.name: w.gemm_shape for w in self.weights}
+            bound = best_case(model, shapes, self.scope.max_layer_sparsity)  # type: ignore[arg-type]
+            if bound.speedup < speedups[-1]:
+                raise UserError(unreachable_message(model, speedups[-1], bound))  # type: ignore[arg-type]
         for optimizer in trainer.optimizers:
             self._hooks.append(optimizer.register_step_post_hook(lambda *_: self._apply()))
 
@@ -116,12 +139,36 @@ class StagedPruning(L.Callback):
             pl_module.on_pruning_start()
         target = self.schedule.stage_targets[stage]
         scores = self._scores(trainer, pl_module)
-        self.codes = self.pattern.keep_codes(scores, target, self.scope, self.schedule.target)
+        model = self._latency_model(trainer, pl_module)
+        if self.allocation == "latency" and model is not None:
+            allocator = LatencyAllocator(self.pattern, model, self.scope)
+            speedups = self.schedule.stage_speedups
+            if speedups:  # the sparsity each stage needs is what the search finds; apriori tunes at that
+                allocation = allocator.for_speedup(scores, speedups[stage], None)
+            else:
+                allocation = allocator.allocate(scores, target, self.schedule.target)
+            self.codes, self.dense_layers = allocation.codes, allocation.dense_layers
+        else:
+            self.codes = self.pattern.keep_codes(scores, target, self.scope, self.schedule.target)
         self._install_masks()
         self.completed_stage = stage
+        if model is not None:
+            self.predictions[stage] = stage_prediction(model, layer_sparsity(self.codes), self.dense_layers)
         achieved = overall_sparsity(self.codes)
         log.info("stage %d: pruned to %.4f (target %.4f) with %s", stage, achieved, target, self.pattern.name)
         self._log_sparsity(trainer, pl_module, stage)
+
+    def _latency_model(self, trainer: L.Trainer, pl_module: L.LightningModule) -> LatencyModel | None:
+        """The run's latency model, built once from one training batch's forward pass (drawn without moving any
+        generator); None where the pattern has none and allocation does not need one."""
+        if self.latency_model is None:
+            datamodule = getattr(trainer, "datamodule", None)
+            loader_batch = getattr(datamodule, "batch_size", None)
+            batch = transfer_batch(self.latency.draw_batch(trainer.train_dataloader), pl_module, datamodule)
+            self.latency_model = self.latency.build(
+                pl_module, batch, loader_batch, self.weights, self.pattern_config, required=self.allocation == "latency"
+            )
+        return self.latency_model
 
     def _scores(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, torch.Tensor]:
         if self.importance["kind"] == "magnitude":
@@ -150,6 +197,10 @@ class StagedPruning(L.Callback):
         metrics = {f"sparsity/{name}": value for name, value in per_layer.items()}
         metrics["sparsity/overall"] = overall_sparsity(self.codes)
         metrics["prune/stage"] = float(stage)
+        if stage in self.predictions:
+            metrics["predicted/speedup"] = self.predictions[stage]["speedup"]
+            layers = self.predictions[stage]["layers"]
+            metrics |= {f"predicted/speedup/{name}": value for name, value in layers.items()}
         for logger in trainer.loggers:
             logger.log_metrics(metrics, step=trainer.global_step)
         if trainer.is_global_zero:
@@ -177,24 +228,45 @@ class StagedPruning(L.Callback):
             "sparsity": overall_sparsity(self.codes),
             self.monitor: float(metric) if metric is not None else float("nan"),
         }
+        speedups = self.schedule.stage_speedups
+        if speedups:
+            result["target_speedup"] = 1.0 if stage < 0 else speedups[stage]
+        if stage in self.predictions or (stage < 0 and self.latency_model is not None):
+            prediction = self.predictions.get(stage) or {"speedup": 1.0, "layers": {}}
+            result["predicted_speedup"] = prediction["speedup"]
+            result["predicted_layer_speedup"] = prediction["layers"]
+        if self.allocation == "latency":
+            result["dense_layers"] = list(self.dense_layers) if stage >= 0 else []
         self.stage_results = [r for r in self.stage_results if r["stage"] != stage] + [result]
-        pl_module.log_dict({"stage/sparsity": result["sparsity"], f"stage/{self.monitor}": result[self.monitor]})
-        log.info("stage %d done: sparsity %.4f, %s %.4f", stage, result["sparsity"], self.monitor, result[self.monitor])
+        logged = {"stage/sparsity": result["sparsity"], f"stage/{self.monitor}": result[self.monitor]}
+        if "predicted_speedup" in result:
+            logged["stage/predicted_speedup"] = result["predicted_speedup"]
+        pl_module.log_dict(logged)
+        log.info(
+            "stage %d done: sparsity %.4f, %s %.4f%s", stage, result["sparsity"], self.monitor, result[self.monitor],
+            f", predicted {result['predicted_speedup']:.2f}x dense" if "predicted_speedup" in result else "",
+        )  # fmt: skip
 
     # --- checkpoint ---------------------------------------------------------------------------------
     def run_settings(self) -> dict[str, dict[str, Any]]:
-        """What fixes the masks a run makes: resuming under other settings would mix two pruning runs."""
-        return {
+        """What fixes the masks a run makes: resuming under other settings would mix two pruning runs. Importance-only
+        allocation adds no group, so checkpoints written before allocation existed resume as they were."""
+        settings = {
             "pattern": dict(self.pattern_config),
             "schedule": {**asdict(self.schedule), "targets": list(self.schedule.targets)},
             "scope": asdict(self.scope),
         }
+        if self.allocation != "importance":
+            settings["allocation"] = {"kind": self.allocation, **asdict(self.latency)}
+        return settings
 
     def state_dict(self) -> dict[str, Any]:
         return {
             "completed_stage": self.completed_stage,
             "codes": {name: codes.clone() for name, codes in self.codes.items()},
             "stage_results": list(self.stage_results),
+            "dense_layers": list(self.dense_layers),
+            "predictions": dict(self.predictions),
             **self.run_settings(),
         }
 
@@ -209,27 +281,33 @@ class StagedPruning(L.Callback):
         self.completed_stage = int(state_dict["completed_stage"])
         self.codes = dict(state_dict["codes"])
         self.stage_results = list(state_dict["stage_results"])
+        self.dense_layers = list(state_dict.get("dense_layers", []))
+        self.predictions = {int(stage): p for stage, p in state_dict.get("predictions", {}).items()}
 
 
 SETTING_KEYS = {  # how each saved setting is spelled on the command line
     "pattern": "pattern.{}",
     "schedule": "schedule.{}",
     "scope": "callbacks.staged_pruning.{}",
+    "allocation": "callbacks.staged_pruning.{}",
 }
-SCOPE_KEYS = {"kind": "scope", "max_layer_sparsity": "max_layer_sparsity"}
+GROUP_KEYS = {  # a saved setting's name -> its key under the group's prefix, where they differ
+    "scope": {"kind": "scope"},
+    "allocation": {"kind": "allocation", "table": "latency.table", "batch_size": "latency.batch_size"},
+}
 
 
 def check_same_settings(saved: Mapping[str, Any], current: Mapping[str, Mapping[str, Any]], path: str) -> None:
     """Refuse to resume checkpoint `path` under another pattern, pattern option, schedule or scope than its own."""
     differences = []
-    for group, values in current.items():
-        before = saved.get(group) or {}
+    for group in (g for g in SETTING_KEYS if g in current or g in saved):
+        values, before = current.get(group) or {}, saved.get(group) or {}
         names = sorted(set(values) | set(before), key=str)
         if group == "pattern" and before.get("name") != values.get("name"):
             names = ["name"]  # another pattern: its options are another matter
         for name in names:
             if before.get(name) != values.get(name):
-                key = SETTING_KEYS[group].format(SCOPE_KEYS.get(name, name) if group == "scope" else name)
+                key = SETTING_KEYS[group].format(GROUP_KEYS.get(group, {}).get(name, name))
                 differences.append(f"{key}={before.get(name)!r} in the checkpoint, {values.get(name)!r} now")
     if differences:
         raise UserError(

@@ -15,7 +15,8 @@ class Schedule:
     """Stage i prunes at the start of epoch `dense_epochs + i * finetune_epochs` to `stage_targets[i]`.
 
     `kind` "linear" spreads the target evenly, "cubic" prunes fast early and slowly late (Zhu & Gupta, 2017),
-    "list" takes `targets` as given.
+    "list" takes `targets` as given. With `target_speedup` the stages aim at predicted speedups instead, spread from
+    1 to it the same way (`stage_speedups`), and latency-aware allocation finds the sparsity that reaches each.
     """
 
     target: float = 0.75
@@ -24,6 +25,7 @@ class Schedule:
     targets: Sequence[float] = field(default_factory=tuple)
     dense_epochs: int = 1
     finetune_epochs: int = 1
+    target_speedup: float | None = None
 
     def __post_init__(self) -> None:
         check_dataclass(self, "schedule.")
@@ -38,6 +40,8 @@ class Schedule:
             )
         if self.kind == "list":
             self._check_list()
+        if self.target_speedup is not None:
+            self._check_speedup()
 
     def _check_list(self) -> None:
         if not self.targets:
@@ -49,14 +53,32 @@ class Schedule:
         if abs(self.targets[-1] - self.target) > 1e-9:
             raise UserError(f"the last of schedule.targets ({self.targets[-1]}) must equal target ({self.target})")
 
+    def _check_speedup(self) -> None:
+        if self.kind == "list":
+            raise UserError(
+                "schedule.target_speedup spreads its stages linearly or cubically; use kind linear or cubic"
+            )
+        if not self.target_speedup > 1.0:
+            raise UserError(f"schedule.target_speedup must be above 1 (1 = the dense model), got {self.target_speedup}")
+
+    def _fractions(self) -> list[float]:
+        fractions = [(i + 1) / self.stages for i in range(self.stages)]
+        if self.kind == "cubic":
+            fractions = [1.0 - (1.0 - f) ** 3 for f in fractions]
+        return fractions
+
     @property
     def stage_targets(self) -> list[float]:
         if self.kind == "list":
             return [float(t) for t in self.targets]
-        fractions = [(i + 1) / self.stages for i in range(self.stages)]
-        if self.kind == "cubic":
-            fractions = [1.0 - (1.0 - f) ** 3 for f in fractions]
-        return [self.target * f for f in fractions]
+        return [self.target * f for f in self._fractions()]
+
+    @property
+    def stage_speedups(self) -> list[float] | None:
+        """Each stage's predicted speedup target, or None when the stages aim at sparsities."""
+        if self.target_speedup is None:
+            return None
+        return [1.0 + (self.target_speedup - 1.0) * f for f in self._fractions()]
 
     @property
     def total_epochs(self) -> int:
