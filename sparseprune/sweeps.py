@@ -42,6 +42,7 @@ from sparseprune.files import writable_dir
 log = logging.getLogger(__name__)
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 METHODS = ("grid", "random", "bayes")
+ONLINE = "logger.wandb.offline=false"  # W&B has no offline sweeps: under `wandb agent` a run must stream its metric
 DISTRIBUTIONS = ("uniform", "log_uniform_values", "int_uniform", "q_uniform", "normal")
 
 
@@ -54,8 +55,16 @@ def load_sweep(path: Path) -> dict[str, Any]:
         raise UserError(f"sweep file {path} needs a `parameters` mapping")
     if sweep.get("method") not in METHODS:
         raise UserError(f"sweep file {path}: method must be one of {list(METHODS)}, got {sweep.get('method')!r}")
-    if "${args_no_hyphens}" not in (sweep.get("command") or []):
+    command = sweep.get("command") or []
+    if "${args_no_hyphens}" not in command:
         raise UserError(f"sweep file {path}: command must pass Hydra overrides with ${{args_no_hyphens}}")
+    if ONLINE not in command:  # a local run never reads the command, so only `wandb agent` would miss it
+        log.warning("sweep file %s: the command lacks %s, so under wandb agent the W&B logger stays offline and the "
+                    "controller never sees the metric (W&B has no offline sweeps)", path, ONLINE)  # fmt: skip
+    logger_keys = [key for key in sweep["parameters"] if key.lstrip("+~").split(".")[0] == "logger"]
+    if logger_keys:
+        raise UserError(f"sweep file {path}: parameter {logger_keys[0]} sets the logger, which each run chooses "
+                        f"(logger=csv or none locally, W&B online under wandb agent through {ONLINE})")  # fmt: skip
     return sweep
 
 
@@ -87,9 +96,18 @@ def _override_value(value: Any) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def check_run(overrides: list[str]) -> None:
+def logged_stage_metric(cfg: Any) -> str:
+    """The per-stage metric a run logs (`stage/<monitor>`): the callback's monitor, else the task's, else val/acc."""
+    from hydra.utils import get_object
+
+    monitor = cfg.callbacks.staged_pruning.get("monitor") or getattr(get_object(cfg.model._target_), "monitor", None)
+    return f"stage/{monitor or 'val/acc'}"
+
+
+def check_run(overrides: list[str], metric: str | None = None) -> None:
     """Compose one run's config and build its pruning callback (pattern, schedule, importance, and their
-    agreement, exactly as train.py would); any problem names the key."""
+    agreement, exactly as train.py would), and check that the run logs the sweep's `metric`; any problem names the
+    key."""
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
@@ -102,6 +120,9 @@ def check_run(overrides: list[str]) -> None:
     except (UserError, InstantiationException) as error:
         error = user_error_in(error) or error
         raise UserError(f"sweep run {' '.join(overrides)}: {error}") from None
+    if metric is not None and metric != (logged := logged_stage_metric(cfg)):
+        raise UserError(f"sweep run {' '.join(overrides)} logs {logged}, not the sweep's metric {metric}: the "
+                        "controller would never see it")  # fmt: skip
 
 
 def check_sweep(path: Path, extra: tuple[str, ...] = ()) -> list[list[str]]:
@@ -115,8 +136,9 @@ def check_sweep(path: Path, extra: tuple[str, ...] = ()) -> list[list[str]]:
                 "the swept value); drop the override or change the sweep's parameters"
             )
     runs = grid_runs(sweep)
+    metric = (sweep.get("metric") or {}).get("name")
     for overrides in runs:
-        check_run([*overrides, *extra])
+        check_run([*overrides, *extra], metric)
     return runs
 
 

@@ -103,7 +103,7 @@ def test_fresh_process_load_is_bit_identical_to_exports_twin(family: str, export
     loaded = torch.load(tmp_path / "out.pt")
     assert loaded["training"] == [] and loaded["is_training"] is False
 
-    reference, weights, _, state = rebuild(ckpt, batch_size=4)
+    reference, weights, _, state, _ = rebuild(ckpt, batch_size=4)
     twin = build_twin(reference, weights, state, fold=True).twin
     with torch.inference_mode():
         expected = getattr(twin, manifest["architecture"]["module"])(*inputs["args"], **inputs["kwargs"])

@@ -31,6 +31,7 @@ from sparseprune.export.layer_choice import LAYER_CHOICES, LayerTiming, fastest_
 from sparseprune.export.packing import pack_layer
 from sparseprune.export.swap import sparsify, swapped_modules, unpacked_layers
 from sparseprune.export.timing import Timing, time_calls
+from sparseprune.export.wandb_log import log_export, training_wandb_run
 from sparseprune.files import replaced_on_success
 from sparseprune.gemm_view import PrunableWeight, find_prunable, to_gemm
 from sparseprune.masking import MaskedWeights, check_codes
@@ -60,8 +61,9 @@ def _dtype(name: str, device: torch.device) -> torch.dtype:
     return choices[name]
 
 
-def rebuild(ckpt: Path, batch_size: int) -> tuple[Any, list[PrunableWeight], Any, dict[str, Any]]:
-    """(masked dense module, its prunable weights, datamodule, pruning state) from the checkpoint file alone."""
+def rebuild(ckpt: Path, batch_size: int) -> tuple[Any, list[PrunableWeight], Any, dict[str, Any], dict[str, Any]]:
+    """(masked dense module, its prunable weights, datamodule, pruning state, run config) from the checkpoint file
+    alone."""
     checkpoint = load_checkpoint(ckpt)
     state = pruning_state(checkpoint, ckpt)
     config = run_config(checkpoint, ckpt)
@@ -71,7 +73,7 @@ def rebuild(ckpt: Path, batch_size: int) -> tuple[Any, list[PrunableWeight], Any
     weights = find_prunable(model)
     check_codes(state["codes"], weights, pattern_from_config(state["pattern"]), str(ckpt))
     MaskedWeights(weights, state["codes"]).apply()
-    return model.eval(), weights, datamodule, state
+    return model.eval(), weights, datamodule, state, config
 
 
 def fold_model(model: Any, weights: list[PrunableWeight]) -> tuple[Any, list[PrunableWeight], list[str]]:
@@ -149,7 +151,20 @@ def export(cfg: DictConfig) -> dict[str, Any]:
     ckpt = Path(cfg.ckpt)
     out_dir = Path(cfg.out_dir) if cfg.out_dir else ckpt.parent.parent / "export"
     with replaced_on_success(out_dir, "out_dir") as staging:
-        return _export(cfg, staging, out_dir)
+        report = _export(cfg, staging, out_dir)
+    if report["wandb_run"] is not None:
+        try:
+            log_export(report["wandb_run"], report, out_dir)
+        except Exception as error:  # W&B's own failures (no API key online, a full disk) leave the export complete
+            log.warning("export not logged to W&B run %s: %s", report["wandb_run"]["id"], str(error).splitlines()[0])
+    return report
+
+
+def _wandb_run(setting: Any, run_config: dict[str, Any], ckpt: Path) -> dict[str, Any] | None:
+    """export.yaml's `wandb`: auto logs into the training run's W&B run where it had one."""
+    if setting not in ("auto", False):
+        raise UserError(f"wandb must be auto or false, got {setting!r}")
+    return training_wandb_run(run_config, ckpt) if setting == "auto" else None
 
 
 def _export(cfg: DictConfig, staging: Path, out_dir: Path) -> dict[str, Any]:
@@ -160,7 +175,8 @@ def _export(cfg: DictConfig, staging: Path, out_dir: Path) -> dict[str, Any]:
     dtype = _dtype(cfg.dtype, device)
     compiles = _compiles(cfg.compile, device)
     check_baseline(cfg.baseline, device)
-    reference, weights, datamodule, state = rebuild(ckpt, cfg.batch_size)
+    reference, weights, datamodule, state, config = rebuild(ckpt, cfg.batch_size)
+    wandb_run = _wandb_run(cfg.wandb, config, ckpt)
     built = build_twin(reference, weights, state, cfg.fold_batch_norm)
     model, weights, folded, packed = built.model, built.weights, built.folded, built.packed
     sparse, twin, stream_encoders = built.sparse, built.twin, built.stream_encoders
@@ -220,6 +236,8 @@ def _export(cfg: DictConfig, staging: Path, out_dir: Path) -> dict[str, Any]:
         "speedup": dense_time.median_ms / sparse_time.median_ms,
         "layer_choice": cfg.layer_choice,
         "against_best_dense": against_best_dense({name: t.median_ms for name, t in timings.items()}),
+        "stages": state.get("stage_results", []),
+        "wandb_run": wandb_run,
     }
     report["timing"] |= {name: asdict(timing) for name, timing in timings.items() if name != "fastest"}
     if cfg.layer_choice == "fastest":
