@@ -32,10 +32,10 @@ class KillAt(L.Callback):
 
 
 class KillDuringSave(L.Callback):
-    """Die halfway through writing the `save`-th `last.ckpt` (1-based): half its bytes are on disk."""
+    """Die part way through writing the `save`-th `last.ckpt` (1-based): `fraction` of its bytes are on disk."""
 
-    def __init__(self, save: int) -> None:
-        self.save, self.saves = save, 0
+    def __init__(self, save: int, fraction: float = 0.5) -> None:
+        self.save, self.fraction, self.saves = save, fraction, 0
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         original = torch.save
@@ -46,7 +46,7 @@ class KillDuringSave(L.Callback):
                 if self.saves == self.save:
                     buffer = io.BytesIO()
                     original(obj, buffer, *args, **kwargs)
-                    file.write(buffer.getvalue()[: len(buffer.getvalue()) // 2])
+                    file.write(buffer.getvalue()[: int(len(buffer.getvalue()) * self.fraction)])
                     file.flush()
                     _die()
             original(obj, file, *args, **kwargs)
