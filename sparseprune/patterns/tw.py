@@ -28,8 +28,8 @@ def tile_columns(kept_columns: torch.Tensor, granularity: int) -> torch.Tensor:
     return tiles.view(n_tiles, granularity)
 
 
-def _row_units(score: torch.Tensor, tiles: torch.Tensor) -> Units:
-    """One unit per (tile, row), tile-major, scored by the row's mean over the tile's columns."""
+def tile_row_units(score: torch.Tensor, tiles: torch.Tensor) -> Units:
+    """One unit per (tile, row), tile-major, scored by the row's mean over the tile's columns (-1 pads `tiles`)."""
     valid = tiles >= 0
     gathered = score[:, tiles.clamp(min=0)] * valid  # (K, T, G)
     widths = valid.sum(1)  # (T,)
@@ -37,7 +37,8 @@ def _row_units(score: torch.Tensor, tiles: torch.Tensor) -> Units:
     return Units(means.t().flatten(), widths.repeat_interleave(score.shape[0]))
 
 
-def _expand_rows(pruned_rows: torch.Tensor, tiles: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+def expand_tile_rows(pruned_rows: torch.Tensor, tiles: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+    """Keep mask (K x N) from per-(tile, row) `pruned` flags in `tile_row_units`' order."""
     k, n = shape
     keep = torch.zeros(k, n + 1, dtype=torch.bool)  # the extra column swallows the -1 padding
     row_keep = ~pruned_rows.view(tiles.shape[0], k)  # (T, K)
@@ -95,10 +96,10 @@ class TileWise(Pattern):
             name: tile_columns(torch.nonzero(~pruned).flatten(), self.granularity)
             for name, pruned in pruned_columns.items()
         }
-        row_units = {name: _row_units(scores[name], tiles[name]) for name in scores}
+        row_units = {name: tile_row_units(scores[name], tiles[name]) for name in scores}
         already = {name: int(pruned.sum()) * scores[name].shape[0] for name, pruned in pruned_columns.items()}
         pruned_rows = prune_by_scope(row_units, numel, sparsity, scope, already)
         return {
-            name: _expand_rows(pruned_rows[name], tiles[name], score.shape).to(torch.uint8)
+            name: expand_tile_rows(pruned_rows[name], tiles[name], score.shape).to(torch.uint8)
             for name, score in scores.items()
         }

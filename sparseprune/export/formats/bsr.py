@@ -1,4 +1,4 @@
-"""Block-wise sparsity: the kept bk x bn blocks of B, each with its block coordinates."""
+"""Block-wise sparsity: the kept bk x bn blocks of B, each with its block coordinates (the CPU reference format)."""
 
 from __future__ import annotations
 
@@ -30,7 +30,14 @@ class PackedBSR(TensorBundleMixin):
         return cls(tensors["blocks"], tensors["block_k"], tensors["block_n"], tuple(metadata["shape"]))
 
     def matmul(self, x: torch.Tensor, bias: torch.Tensor | None = None, activation: str | None = None) -> torch.Tensor:
-        """Reference: one small GEMM per kept block, accumulated into its output columns."""
+        """CPU reference: one small GEMM per kept block, accumulated into its output columns. Blocks 32, 64 or 128
+        wide pack as TW tiles instead (`packing.pack_layer`) and run on the TW kernels; other widths have no GPU
+        kernel, and timing this einsum on a GPU would measure a reference as if it were one."""
+        if x.is_cuda:
+            raise UserError(
+                f"BW blocks {self.blocks.shape[1]}x{self.blocks.shape[2]} have no GPU kernel: blocks 32, 64 or 128 "
+                f"wide (pattern.block_n) run on the TW kernels; export this checkpoint with device=cpu"
+            )
         k, n = self.shape
         bk, bn = self.blocks.shape[1:]
         x_blocks = x.reshape(x.shape[0], k // bk, bk)[:, self.block_k.long()]  # (M, nnzb, bk)
@@ -40,17 +47,24 @@ class PackedBSR(TensorBundleMixin):
         return apply_epilogue(y.reshape(x.shape[0], n), bias, activation)
 
 
+def kept_blocks(keep: torch.Tensor, block_k: int, block_n: int) -> torch.Tensor:
+    """(K / block_k, N / block_n) flags of the kept blocks of a K x N block-wise `keep` mask; any other mask (one
+    altered by hand, or of other block sizes) is refused, so no format packs it as if it were block-wise."""
+    k, n = keep.shape
+    if k % block_k or n % block_n:
+        raise UserError(f"BW packing needs blocks dividing {(k, n)}, got {block_k}x{block_n}")
+    grid = keep.reshape(k // block_k, block_k, n // block_n, block_n).permute(0, 2, 1, 3)
+    kept = grid.any(dim=(2, 3))
+    if not bool((grid == kept[:, :, None, None]).all()):
+        raise UserError(f"mask is not block-wise with {block_k}x{block_n} blocks")
+    return kept
+
+
 def pack_bsr(weight_kn: torch.Tensor, keep: torch.Tensor, block_k: int, block_n: int) -> PackedBSR:
     k, n = weight_kn.shape
-    if keep.shape != weight_kn.shape or k % block_k or n % block_n:
-        raise UserError(
-            f"BSR packing needs a mask like the weight and blocks dividing {(k, n)}, got {block_k}x{block_n}"
-        )
-    grid = keep.reshape(k // block_k, block_k, n // block_n, block_n).permute(0, 2, 1, 3)
-    kept_blocks = grid.any(dim=(2, 3))
-    if not bool((grid == kept_blocks[:, :, None, None]).all()):
-        raise UserError(f"mask is not block-wise with {block_k}x{block_n} blocks")
-    coords = torch.nonzero(kept_blocks)
+    if keep.shape != weight_kn.shape:
+        raise UserError(f"BSR packing needs a mask like the weight {(k, n)}, got {tuple(keep.shape)}")
+    coords = torch.nonzero(kept_blocks(keep, block_k, block_n))
     weights = weight_kn.reshape(k // block_k, block_k, n // block_n, block_n).permute(0, 2, 1, 3)
     blocks = weights[coords[:, 0], coords[:, 1]].contiguous()
     return PackedBSR(blocks, coords[:, 0].int(), coords[:, 1].int(), (k, n))
