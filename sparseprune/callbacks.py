@@ -21,6 +21,7 @@ from sparseprune.errors import UserError
 from sparseprune.gemm_view import PrunableWeight, find_prunable
 from sparseprune.importance import KINDS, magnitude_scores, reduce_scores, taylor_scores
 from sparseprune.latency.allocation import LatencyAllocator, best_case, check_allocation, unreachable_message
+from sparseprune.latency.geometry import preserved_random_state
 from sparseprune.latency.options import LatencyOptions, stage_prediction
 from sparseprune.latency.predictor import LatencyModel
 from sparseprune.masking import MaskedWeights, check_codes, layer_sparsity, overall_sparsity
@@ -164,7 +165,8 @@ class StagedPruning(L.Callback):
         if self.latency_model is None:
             datamodule = getattr(trainer, "datamodule", None)
             loader_batch = getattr(datamodule, "batch_size", None)
-            batch = transfer_batch(self.latency.draw_batch(trainer.train_dataloader), pl_module, datamodule)
+            with preserved_random_state():  # the transfer augments images from the global generators too
+                batch = transfer_batch(next(iter(trainer.train_dataloader)), pl_module, datamodule)
             self.latency_model = self.latency.build(
                 pl_module, batch, loader_batch, self.weights, self.pattern_config, required=self.allocation == "latency"
             )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -13,7 +13,7 @@ from sparseprune.config_types import check_dataclass
 from sparseprune.errors import UserError
 from sparseprune.gemm_view import PrunableWeight
 from sparseprune.latency.analytic import SPARSE_CALLS
-from sparseprune.latency.geometry import preserved_random_state, record_geometry
+from sparseprune.latency.geometry import record_geometry
 from sparseprune.latency.predictor import LatencyModel, analytic_model, table_model
 from sparseprune.latency.table import current_gpu, kernel_build, read_table
 
@@ -32,12 +32,6 @@ class LatencyOptions:
         check_dataclass(self, PREFIX)
         if self.batch_size is not None and self.batch_size < 1:
             raise UserError(f"{PREFIX}batch_size must be at least 1, got {self.batch_size}")
-
-    @staticmethod
-    def draw_batch(loader: Iterable[Any]) -> Any:
-        """One batch of `loader`, drawn without moving any generator a training run draws from afterwards."""
-        with preserved_random_state():
-            return next(iter(loader))
 
     def build(
         self,
