@@ -23,7 +23,9 @@ TINY_VGG = [
     "test=false",
 ]
 
-# Per-pattern options that fit the quarter-width VGG16 (K = 9*Cin with Cin >= 16, N >= 16).
+# Per-pattern options that fit the quarter-width VGG16 (K = 9*Cin with Cin >= 16, N >= 16). Blocks run as TW tiles
+# (BW 32 wide, Shfl-BW) need N a multiple of 32: its one 16-channel conv after the first stays dense with them.
+DENSE_N16 = "model.prune_exclude=[net.features.0.weight,net.features.3.weight,net.classifier.3.weight]"
 PATTERN_OVERRIDES = {
     "ew": ["pattern=ew"],
     "vw": ["pattern=vw"],
@@ -31,6 +33,8 @@ PATTERN_OVERRIDES = {
     "tw": ["pattern=tw", "pattern.granularity=32"],
     "tew": ["pattern=tew", "pattern.granularity=32", "pattern.delta=0.02"],
     "nm": ["pattern=nm"],
+    "bw-tw": ["pattern=bw", "pattern.block_k=16", "pattern.block_n=32", DENSE_N16],
+    "shflbw": ["pattern=shflbw", "pattern.block=32", DENSE_N16],
 }
 
 

@@ -118,6 +118,12 @@ def with_overrides(base: list[str], args: list[str], files: dict[str, Path]) -> 
         (["pattern.granularity=12"], "error: granularity G=12 must be a multiple of 8"),
         (["pattern=vw", "pattern.vector=7"], "error: vector=7 does not fit layer"),
         (["pattern=bw"], "error: block_k=32 does not fit layer"),
+        (["pattern=shflbw"], "error: block=64 does not fit layer 'net.features.3.weight': its size 16"),
+        (["pattern=shflbw", "pattern.block=48"], "error: shflbw block=48 must be one of (32, 64, 128)"),
+        (
+            ["pattern=shflbw", "pattern.block=32", "model.prune_exclude=[net.classifier.3.weight]"],
+            "error: shflbw runs layer 'net.features.0.weight' on the TW kernels, which need K a multiple of 8",
+        ),
         (["pattern=nm", "pattern.n=4", "pattern.m=4"], "error: N:M needs N < M, got 4:4"),
         (["pattern=nm", "schedule.target=0.5"], "error: pattern nm fixes sparsity at 0.75"),
         (["importance.kind=hessian"], "error: importance.kind must be one of"),

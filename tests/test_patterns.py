@@ -54,13 +54,13 @@ def test_global_floor_keeps_each_layers_best_units() -> None:
     assert again["low"].tolist() == [True, True, False, False] and again["high"].tolist() == [False, True, False, True]
 
 
-@pytest.mark.parametrize("name", ["ew", "bw", "tw", "tew", "vw"])
+@pytest.mark.parametrize("name", ["ew", "bw", "tw", "tew", "vw", "shflbw"])
 def test_global_floor_bounds_every_layer_across_phases(name: str) -> None:
     # "quiet" scores far below "loud": without the floor global ranking would empty it at 75%
     generator = torch.Generator().manual_seed(3)
     scores = {"quiet": torch.rand(64, 64, generator=generator) * 1e-3, "loud": torch.rand(64, 64, generator=generator)}
     options = {"bw": {"block_k": 8, "block_n": 8}, "tw": {"granularity": 8}, "tew": {"granularity": 8},
-               "vw": {"vector": 8}}.get(name, {})  # fmt: skip
+               "vw": {"vector": 8}, "shflbw": {"block": 8}}.get(name, {})  # fmt: skip
     unfloored = codes_of(name, scores, 0.75, **options)
     assert keep_mask(unfloored["quiet"]).float().mean() < 0.01
     floored = codes_of(name, scores, 0.75, scope=Scope("global", 0.9), **options)
@@ -159,6 +159,7 @@ UNIT_SIZE = {  # largest pruning unit, in elements, for the layers above
     ("vw", (("vector", 16),)): 256 * 128 // 16,
     ("bw", (("block_k", 16), ("block_n", 16))): 256,
     ("tw", (("granularity", 32),)): 256,
+    ("shflbw", (("block", 32),)): 32,
 }
 
 
@@ -221,6 +222,7 @@ def test_nm_counts_per_group(n: int, m: int, vector: int) -> None:
         ("tew", {"delta": 1.0}, "delta"),
         ("bogus", {}, "unknown pattern"),
         ("ew", {"granularity": 32}, "no option .granularity."),
+        ("shflbw", {"block": 0}, "positive"),
     ],
 )
 def test_bad_pattern_options(name: str, options: dict, message: str) -> None:
@@ -236,6 +238,7 @@ def test_bad_pattern_options(name: str, options: dict, message: str) -> None:
         ("nm", {"n": 1, "m": 32}, "M=32 does not fit"),
         ("tw", {"granularity": 12}, "multiple of 8"),
         ("tw", {"granularity": 256}, "wider than every"),
+        ("shflbw", {"block": 128}, "block=128 does not fit"),
     ],
 )
 def test_sizes_that_do_not_fit_a_layer(name: str, options: dict, message: str) -> None:

@@ -22,7 +22,7 @@ QUIET = [
     "importance=magnitude",
 ]
 # Every pattern's default G, V and block size fit the tiny models (BERT hidden 128; LSTM N = 4H = 128, K >= 32).
-PATTERNS = ["ew", "vw", "bw", "tw", "tew", "nm"]
+PATTERNS = ["ew", "vw", "bw", "tw", "tew", "nm", "shflbw"]
 
 
 def tiny_bert_overrides(root: Path) -> list[str]:
@@ -96,8 +96,9 @@ def test_staged_nmt_run_reports_ppl_and_bleu_saves_gate_masks_and_exports(tiny_i
     assert report["check"]["fp32_rel_error"] <= 1e-5
 
 
-def test_staged_bert_run_exports_packed_linears(tiny_inputs: Path, tmp_path: Path) -> None:
-    overrides = tiny_bert_overrides(tiny_inputs) + QUIET + STAGED + ["pattern=tew"]
+@pytest.mark.parametrize("pattern", ["tew", "shflbw"])
+def test_staged_bert_run_exports_packed_linears(pattern: str, tiny_inputs: Path, tmp_path: Path) -> None:
+    overrides = tiny_bert_overrides(tiny_inputs) + QUIET + STAGED + [f"pattern={pattern}"]
     summary = train(compose_config("train", overrides, tmp_path))
     assert [p.name for p in Path(summary["checkpoint"]).parent.iterdir()] == ["last.ckpt"]  # the demo keeps one
     report = export(compose_config("export", [f"ckpt={summary['checkpoint']}", "repeats=1", "warmup=0"], tmp_path))
