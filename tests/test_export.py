@@ -29,6 +29,7 @@ PATTERN_CONFIGS = {
     "nm-vector": {"name": "nm", "n": 1, "m": 4, "vector": 16},
     "bw-tw": {"name": "bw", "block_k": 8, "block_n": 32},
     "shflbw": {"name": "shflbw", "block": 32},
+    "nm-block": {"name": "nm", "n": 1, "m": 2, "block": 32},
 }
 
 

@@ -26,6 +26,10 @@ def pack_layer(weight_kn: torch.Tensor, codes: torch.Tensor, pattern: Mapping[st
         return pack_tw(weight_kn, keep, int(pattern["granularity"]))
     if name == "tew":
         return pack_tw(weight_kn, codes == KEPT, int(pattern["granularity"]), residual_mask=codes == RESIDUAL)
+    if name == "nm" and int(pattern.get("block", 1)) > 1:  # each block column keeps whole blocks: one TW tile
+        block = int(pattern["block"])
+        kept_blocks(keep, block, block)
+        return pack_tw(weight_kn, keep, block)
     if name == "nm":
         return pack_nm(weight_kn, keep, int(pattern["m"]), int(pattern.get("vector", 1)))
     if name == "vw":

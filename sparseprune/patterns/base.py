@@ -19,6 +19,7 @@ from sparseprune.errors import UserError
 from sparseprune.ranking import Scope
 
 PRUNED, KEPT, RESIDUAL = 0, 1, 2
+TW_TILE_WIDTHS = (32, 64, 128)  # the tile widths the TW kernels take: patterns whose blocks run as TW tiles use them
 PATTERNS: dict[str, type[Pattern]] = {}
 
 

@@ -14,12 +14,11 @@ from collections.abc import Mapping
 import torch
 
 from sparseprune.errors import UserError
-from sparseprune.patterns.base import Pattern, require_multiple, require_positive
+from sparseprune.patterns.base import TW_TILE_WIDTHS, Pattern, require_multiple, require_positive
 from sparseprune.patterns.column_groups import group_columns
 from sparseprune.patterns.tw import expand_tile_rows, tile_row_units
 from sparseprune.ranking import Scope, check_sparsity, prune_by_scope
 
-BLOCKS = (32, 64, 128)  # the tile widths the TW kernels take
 K_ALIGN = 8  # the TW kernels read rows of x in 16-byte runs
 
 
@@ -34,8 +33,8 @@ class ShuffledBlockWise(Pattern):
 
     def check_kernel_options(self) -> None:
         """Each group runs as one TW tile."""
-        if self.block not in BLOCKS:
-            raise UserError(f"shflbw block={self.block} must be one of {BLOCKS}: each block runs as one TW tile")
+        if self.block not in TW_TILE_WIDTHS:
+            raise UserError(f"shflbw block={self.block} must be one of {TW_TILE_WIDTHS}: each block is one TW tile")
 
     def check_fits(self, shapes: Mapping[str, tuple[int, int]]) -> None:
         self.check_kernel_options()
