@@ -91,9 +91,15 @@ def test_staged_nmt_run_reports_ppl_and_bleu_saves_gate_masks_and_exports(tiny_i
     gates = [f"net.encoder.layers.{i}.0.{g}.weight" for i in (0, 1) for g in ("ih", "hh")]
     gates += [f"net.decoder.layers.{i}.{g}.weight" for i in (0, 1) for g in ("ih", "hh")]
     assert sorted(pruning["codes"]) == sorted(gates)
-    report = export(compose_config("export", [f"ckpt={summary['checkpoint']}", "repeats=1", "warmup=0"], tmp_path))
+    timing = ["translation.sentences=6", "translation.batch_sizes=[1,4]", "translation.beam_sizes=[1,3]"]
+    export_overrides = [f"ckpt={summary['checkpoint']}", "repeats=1", "warmup=0", *timing]
+    report = export(compose_config("export", export_overrides, tmp_path))
     assert sorted(report["layers"]) == sorted(gates)
     assert report["check"]["fp32_rel_error"] <= 1e-5
+    rows = report["translation"]  # fp32 on the CPU: the sparse twin translates as the masked dense model
+    first = [(r["decoding"], r["batch_size"], r["model"]) for r in rows[:2]]
+    assert first == [("greedy", 1, "dense"), ("greedy", 1, "sparse")]
+    assert len(rows) == 8 and all(r["sentences"] == 6 and r["same_as_dense"] == 1.0 for r in rows)
 
 
 @pytest.mark.parametrize("pattern", ["tew", "shflbw"])

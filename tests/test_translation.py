@@ -10,6 +10,7 @@ import torch
 from text_fixtures import PAIRS, write_parallel_corpus
 
 from sparseprune.data.parallel import ParallelTextDataModule
+from sparseprune.errors import UserError
 from sparseprune.export import translation
 from sparseprune.models.lstm_nmt import TranslationTask
 
@@ -57,7 +58,8 @@ def test_rows_time_each_twin_and_compare_it_with_the_first(trained: tuple) -> No
     broken = copy.deepcopy(task)
     torch.nn.init.zeros_(broken.net.generator.weight)  # every step's arg-max is the same word: nothing is right
     sentences = translation.test_sentences(datamodule.train_dataloader(), len(PAIRS), torch.device("cpu"))
-    rows = translation.time_translation({"dense": task, "sparse": broken}, sentences, [2], [1, 3], repeats=2)
+    settings = translation.TranslationSettings.of({"batch_sizes": [2], "beam_sizes": [1, 3], "repeats": 2})
+    rows = translation.time_translation({"dense": task, "sparse": broken}, sentences, settings)
     assert [(r["decoding"], r["model"]) for r in rows] == [("greedy", "dense"), ("greedy", "sparse"),
                                                            ("beam 3", "dense"), ("beam 3", "sparse")]  # fmt: skip
     for row in rows:
@@ -79,3 +81,18 @@ def test_the_chunk_plan_covers_max_length_exactly(trained: tuple) -> None:
     assert translation.Translator(task, src, 1).plan == [8, 8, 8]
     src = torch.ones(2, 9, dtype=torch.long)  # 28: three chunks and a tail of 4
     assert translation.Translator(task, src, 3).plan == [8, 8, 8, 4]
+
+
+@pytest.mark.parametrize(
+    ("group", "message"),
+    [
+        ({"sentences": -1}, "translation.sentences must be at least 0"),
+        ({"repeats": "many"}, "must be integers"),
+        ({"beam_sizes": [1, 0]}, r"translation.beam_sizes must be a list of positive integers, got \[1, 0\]"),
+        ({"batch_sizes": []}, "translation.batch_sizes must be a list of positive integers"),
+        ({"beams": [1]}, "translation has no key beams"),
+    ],
+)
+def test_bad_settings_get_one_line(group: dict, message: str) -> None:
+    with pytest.raises(UserError, match=message):
+        translation.TranslationSettings.of(group)

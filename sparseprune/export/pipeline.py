@@ -31,10 +31,12 @@ from sparseprune.export.layer_choice import LAYER_CHOICES, LayerTiming, fastest_
 from sparseprune.export.packing import pack_layer
 from sparseprune.export.swap import sparsify, swapped_modules, unpacked_layers
 from sparseprune.export.timing import Timing, time_calls
+from sparseprune.export.translation import TranslationSettings, test_sentences, time_translation
 from sparseprune.export.wandb_log import log_export, training_wandb_run
 from sparseprune.files import replaced_on_success
 from sparseprune.gemm_view import PrunableWeight, find_prunable, to_gemm
 from sparseprune.masking import MaskedWeights, check_codes
+from sparseprune.models.lstm_nmt import TranslationTask
 from sparseprune.patterns.base import pattern_from_config
 from sparseprune.progress import progress
 
@@ -175,6 +177,7 @@ def _export(cfg: DictConfig, staging: Path, out_dir: Path) -> dict[str, Any]:
     dtype = _dtype(cfg.dtype, device)
     compiles = _compiles(cfg.compile, device)
     check_baseline(cfg.baseline, device)
+    translation = TranslationSettings.of(cfg.get("translation"))
     reference, weights, datamodule, state, config = rebuild(ckpt, cfg.batch_size)
     wandb_run = _wandb_run(cfg.wandb, config, ckpt)
     built = build_twin(reference, weights, state, cfg.fold_batch_norm)
@@ -249,6 +252,10 @@ def _export(cfg: DictConfig, staging: Path, out_dir: Path) -> dict[str, Any]:
             "timing": asdict(timings["fastest"]),
             "speedup": dense_time.median_ms / timings["fastest"].median_ms,
         }
+    if isinstance(model, TranslationTask) and translation.sentences:
+        datamodule.setup("test")
+        sentences = test_sentences(datamodule.test_dataloader(), translation.sentences, device)
+        report["translation"] = time_translation({"dense": model, "sparse": twin}, sentences, translation)
     (staging / "export_report.json").write_text(json.dumps(report, indent=2))
     _print_report(report, out_dir)
     if fp32_error > cfg.tolerance:
@@ -350,7 +357,21 @@ def _print_report(report: dict[str, Any], out_dir: Path) -> None:
         console.print(f"hidden states feature-major through {report['feature_major_encoders']} (Q, K, V fused)")
     if report["not_swapped"]:
         console.print(f"[yellow]pruned but computed dense (no sparse module yet): {report['not_swapped']}")
+    if report.get("translation"):
+        console.print(_translation_table(report["translation"]))
     console.print(f"report: {out_dir / 'export_report.json'}")
+
+
+def _translation_table(rows: list[dict[str, Any]]) -> Table:
+    first = rows[0]
+    how = "CUDA-graph replays" if first["cuda_graph"] else "eager"
+    table = Table(title=f"translation of {first['sentences']} test sentences ({how})")
+    for column in ("decoding", "batch", "model", "ms / sentence", "sentences / s", "BLEU", "same as dense"):
+        table.add_column(column, justify="right" if column not in ("decoding", "model") else "left")
+    for row in rows:
+        table.add_row(row["decoding"], str(row["batch_size"]), row["model"], f"{row['ms_per_sentence']:.3f}",
+                      f"{row['sentences_per_s']:.1f}", f"{row['bleu']:.2f}", f"{row['same_as_dense']:.0%}")  # fmt: skip
+    return table
 
 
 def _sizes_table(report: dict[str, Any]) -> Table:

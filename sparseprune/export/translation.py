@@ -14,19 +14,53 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, fields
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
+from sparseprune.errors import UserError
 from sparseprune.export.timing import capture_graph
 from sparseprune.metrics import CorpusBleu
 from sparseprune.models.decoding import GreedySearch, run_eagerly
 from sparseprune.models.lstm_nmt import TranslationTask
 
 CHUNK_STEPS = 8  # decoding steps per graph replay: one host check of "all finished" per chunk
+
+
+@dataclass(frozen=True)
+class TranslationSettings:
+    """export.yaml's `translation` group: what a translator's export decodes and times (0 sentences: nothing)."""
+
+    sentences: int = 64
+    batch_sizes: tuple[int, ...] = (1, 64)
+    beam_sizes: tuple[int, ...] = (1, 10)
+    repeats: int = 3
+
+    @classmethod
+    def of(cls, group: Mapping[str, Any] | None) -> TranslationSettings:
+        """The settings of a config group (lists as tuples); the defaults where there is none."""
+        values = dict(group or {})
+        unknown = sorted(set(values) - {f.name for f in fields(cls)})
+        if unknown:
+            raise UserError(f"translation has no key {unknown[0]} (keys: sentences, batch_sizes, beam_sizes, repeats)")
+        return cls(
+            **{k: tuple(v) if isinstance(v, Sequence) and not isinstance(v, str) else v for k, v in values.items()}
+        )
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.sentences, int) or not isinstance(self.repeats, int):
+            raise UserError(f"translation.sentences and translation.repeats must be integers, got {self.sentences!r} "
+                            f"and {self.repeats!r}")  # fmt: skip
+        if self.sentences < 0 or self.repeats < 1:
+            raise UserError(f"translation.sentences must be at least 0 and translation.repeats at least 1, got "
+                            f"{self.sentences} and {self.repeats}")  # fmt: skip
+        for key in ("batch_sizes", "beam_sizes"):
+            values = getattr(self, key)
+            if not values or any(not isinstance(v, int) or v < 1 for v in values):
+                raise UserError(f"translation.{key} must be a list of positive integers, got {list(values)}")
 
 
 class Translator:
@@ -148,22 +182,20 @@ def _wall_ms(run: Callable[[], object], device: torch.device, repeats: int) -> l
 def time_translation(
     twins: dict[str, TranslationTask],
     sentences: Sentences,
-    batch_sizes: Sequence[int],
-    beam_sizes: Sequence[int],
-    repeats: int,
+    settings: TranslationSettings,
 ) -> list[dict[str, Any]]:
     """One row per (beam size, batch size, twin): ms per sentence, sentences per second, BLEU against the
     references, and the share of sentences each twin translates exactly as the first twin (the masked dense model)."""
     device = sentences.src.device
     count = len(sentences.references)
     rows = []
-    for beam_size in beam_sizes:
-        for batch_size in batch_sizes:
+    for beam_size in settings.beam_sizes:
+        for batch_size in settings.batch_sizes:
             first: list[str] | None = None
             for name, task in twins.items():
                 texts, run, graphed = translate_all(task, sentences, batch_size, beam_size)
                 first = texts if first is None else first
-                median_ms = statistics.median(_wall_ms(run, device, repeats))
+                median_ms = statistics.median(_wall_ms(run, device, settings.repeats))
                 rows.append({
                     "decoding": "greedy" if beam_size == 1 else f"beam {beam_size}",
                     "batch_size": batch_size,
