@@ -6,8 +6,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
 from sparseprune.errors import UserError
+from sparseprune.files import atomic_write
 
 PRUNING_STATE_KEY = "StagedPruning"
 RESUME_KEYS = ("pytorch-lightning_version", "loops", "optimizer_states")  # what Lightning's resume reads
@@ -80,3 +82,12 @@ def completed_epochs(checkpoint: dict[str, Any], path: Path) -> int:
         return int(checkpoint["loops"]["fit_loop"]["epoch_progress"]["current"]["processed"])
     except (KeyError, TypeError, ValueError):
         raise UserError(f"ckpt_path {path} has no fit loop progress: it was not written by a Lightning fit") from None
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """Lightning's checkpoint writer, each checkpoint written with `atomic_write`."""
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None) -> None:
+        if storage_options is not None:
+            raise TypeError(f"{type(self).__name__} takes no storage_options, got {storage_options}")
+        atomic_write(Path(path), lambda file: torch.save(checkpoint, file))

@@ -16,9 +16,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
-import torch
-from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
-
 from sparseprune.errors import UserError
 
 TEMP_SUFFIX = ".partial"  # every temporary file or directory of this module ends so, for the clean-up
@@ -80,15 +77,6 @@ def remove_stale_temporaries(directory: Path, name: str = "") -> list[Path]:
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
     return stale
-
-
-class AtomicCheckpointIO(TorchCheckpointIO):
-    """Lightning's checkpoint writer, each checkpoint written with `atomic_write`."""
-
-    def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None) -> None:
-        if storage_options is not None:
-            raise TypeError(f"{type(self).__name__} takes no storage_options, got {storage_options}")
-        atomic_write(Path(path), lambda file: torch.save(checkpoint, file))
 
 
 @contextlib.contextmanager

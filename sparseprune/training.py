@@ -17,11 +17,17 @@ from rich.console import Console
 from rich.table import Table
 
 from sparseprune.callbacks import StagedPruning
-from sparseprune.checkpoints import completed_epochs, load_initial_weights, load_resumable, load_weights
+from sparseprune.checkpoints import (
+    AtomicCheckpointIO,
+    completed_epochs,
+    load_initial_weights,
+    load_resumable,
+    load_weights,
+)
 from sparseprune.config_types import check_train_config
 from sparseprune.epoch_seeds import EpochSeeding
 from sparseprune.errors import UserError
-from sparseprune.files import AtomicCheckpointIO, remove_stale_temporaries, writable_dir, write_text
+from sparseprune.files import remove_stale_temporaries, writable_dir, write_text
 from sparseprune.masking import MASK_FILE, layer_sparsity, save_largest_mask
 from sparseprune.schedule import Schedule
 

@@ -30,6 +30,7 @@ from sparseprune.export.fold import fold_batch_norms
 from sparseprune.export.formats.base import PackedWeight
 from sparseprune.export.packing import packed_from_tensors
 from sparseprune.export.swap import sparsify
+from sparseprune.files import atomic_write, write_text
 from sparseprune.gemm_view import find_prunable
 
 FORMAT_VERSION = 1
@@ -48,8 +49,6 @@ def write_artifact(
 ) -> Path:
     """Write packed.safetensors, then packed.json, into `directory`; `model` is the (folded) masked dense task whose
     `packed` weights are stored packed and everything else as it is. Returns the tensors file."""
-    from sparseprune.files import atomic_write, write_text  # with Lightning, which loading never needs
-
     tensors = {f"packed::{name}::{key}": t.contiguous() for name, p in packed.items() for key, t in p.tensors().items()}
     tensors |= {f"dense::{k}": v.contiguous() for k, v in model.state_dict().items() if k not in packed}
     payload = save(tensors)
