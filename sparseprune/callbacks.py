@@ -5,6 +5,7 @@ All pattern logic lives in `sparseprune.patterns`; this callback only drives it.
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Mapping
 from dataclasses import asdict
@@ -25,7 +26,7 @@ from sparseprune.latency.geometry import preserved_random_state
 from sparseprune.latency.options import LatencyOptions, stage_prediction
 from sparseprune.latency.predictor import LatencyModel
 from sparseprune.masking import MaskedWeights, check_codes, layer_sparsity, overall_sparsity
-from sparseprune.patterns.base import pattern_from_config
+from sparseprune.patterns.base import PATTERNS, pattern_from_config
 from sparseprune.plots import layer_sparsity_figure, save_figure
 from sparseprune.ranking import Scope
 from sparseprune.schedule import Schedule
@@ -299,6 +300,15 @@ GROUP_KEYS = {  # a saved setting's name -> its key under the group's prefix, wh
 }
 
 
+def pattern_defaults(name: str) -> dict[str, Any]:
+    """The default of every option of the pattern `name` (none for an unknown name)."""
+    pattern_class = PATTERNS.get(name)
+    if pattern_class is None:
+        return {}
+    parameters = inspect.signature(pattern_class.__init__).parameters.values()
+    return {p.name: p.default for p in parameters if p.default is not inspect.Parameter.empty}
+
+
 def check_same_settings(saved: Mapping[str, Any], current: Mapping[str, Mapping[str, Any]], path: str) -> None:
     """Refuse to resume checkpoint `path` under another pattern, pattern option, schedule or scope than its own."""
     differences = []
@@ -307,6 +317,8 @@ def check_same_settings(saved: Mapping[str, Any], current: Mapping[str, Mapping[
         names = sorted(set(values) | set(before), key=str)
         if group == "pattern" and before.get("name") != values.get("name"):
             names = ["name"]  # another pattern: its options are another matter
+        elif group == "pattern":  # an option added since the checkpoint was written had its default then
+            before = {**pattern_defaults(str(before.get("name"))), **before}
         for name in names:
             if before.get(name) != values.get(name):
                 key = SETTING_KEYS[group].format(GROUP_KEYS.get(group, {}).get(name, name))

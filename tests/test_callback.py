@@ -145,3 +145,12 @@ def test_schedule_longer_than_trainer_warns(tmp_path: Path, caplog: pytest.LogCa
 def test_nm_target_must_match_its_sparsity() -> None:
     with pytest.raises(UserError, match="set schedule.target=0.5"):
         pruning({"name": "nm", "n": 2, "m": 4})
+
+
+def test_resume_takes_a_pattern_option_added_since_as_its_default() -> None:
+    from sparseprune.callbacks import check_same_settings
+
+    saved = {"pattern": {"name": "nm", "n": 2, "m": 4, "vector": 1}}  # written before `block` existed
+    check_same_settings(saved, {"pattern": {"name": "nm", "n": 2, "m": 4, "vector": 1, "block": 1}}, "old.ckpt")
+    with pytest.raises(UserError, match=r"pattern.block=1 in the checkpoint, 32 now"):
+        check_same_settings(saved, {"pattern": {"name": "nm", "n": 2, "m": 4, "vector": 1, "block": 32}}, "old.ckpt")
