@@ -185,13 +185,17 @@ def test_export_round_trip_whole_model(pattern: str, checkpoints: dict[str, Path
         assert packed.nbytes() == layer["packed_bytes"]
 
 
-def test_export_without_folding(checkpoints: dict[str, Path], tmp_path: Path) -> None:
-    """fold_batch_norm=false times the norms as trained; the check holds either way."""
+def test_export_without_folding(
+    checkpoints: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """fold_batch_norm=false times the norms as trained; the check holds either way. On a CPU the table says that
+    its sparse rows are the reference ops."""
     cfg = compose_config("export", [f"ckpt={checkpoints['tw']}", f"out_dir={tmp_path}", "repeats=1", "warmup=0",
                                     "batch_size=4", "fold_batch_norm=false"], tmp_path)  # fmt: skip
     report = export(cfg)
     assert report["folded_batch_norms"] == []
     assert report["check"]["fp32_rel_error"] <= 1e-5
+    assert "on a CPU no sparse kernel runs" in " ".join(capsys.readouterr().out.split())
 
 
 def test_export_times_compiled_rows_against_the_best_dense(

@@ -339,6 +339,11 @@ def _print_report(report: dict[str, Any], out_dir: Path) -> None:
     console.print(_layer_timing_table(report))
     console.print(_timing_table(report))
     console.print(f"speedup (dense / sparse median): {report['speedup']:.2f}x")
+    if report["device"] == "cpu":
+        console.print(
+            "[yellow]on a CPU no sparse kernel runs: the sparse rows time the torch reference ops (a gather and a "
+            "GEMM per tile or group), which check the packed model, not its speed; export on a GPU for speedups"
+        )
     best = report["against_best_dense"]
     if len(best["speedup"]) > 1 or best["baseline"] != "dense":
         each = ", ".join(f"{name} {x:.2f}x" for name, x in best["speedup"].items())
