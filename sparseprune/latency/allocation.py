@@ -4,9 +4,9 @@ A pattern ranks units across layers by their mean score per element. Scaling eve
 numel_l / slope_l, where slope_l is the layer's predicted microseconds per forward pass saved per unit of density
 removed, turns that key into importance per microsecond saved, so every pattern's own ranking (TW's columns and tile
 rows, TEW, VW levels, BW blocks) becomes latency-aware unchanged. The slope is a secant of the layer's predicted
-time: over the whole density range first, then twice more around the density the previous pass reached. A layer
-whose sparse call would still be no faster than its dense call at the sparsity it reached stays dense (its pruned
-weights come back) and the others reach the target among themselves.
+time: over the whole density range first, then, where the time is not linear, around the density the first pass
+reached. A layer whose sparse call would still be no faster than its dense call at the sparsity it reached stays
+dense (its pruned weights come back) and the others reach the target among themselves.
 """
 
 from __future__ import annotations
@@ -24,10 +24,13 @@ from sparseprune.ranking import Scope
 ALLOCATIONS = ("importance", "latency")
 RANKED_PATTERNS = ("tw", "tew", "vw", "bw")  # sparsity ranked across layers: latency-aware ranking applies
 LATENCY_PATTERNS = (*RANKED_PATTERNS, "nm")  # N:M fixes its sparsity: only the dense-or-sparse choice per layer
-PASSES = 3  # the whole-range secant, then two refinements around the reached density
+PASSES = 2  # the whole-range secant, then one refinement around the reached density
+SLOPE_TOLERANCE = 0.05  # a refinement pass runs only where a layer's local slope differs more from the one used
 SECANT_HALF_WIDTH = 0.1  # density either side of the reached one
 MIN_SLOPE_US = 1e-6  # a layer that pruning does not speed up ranks last, not infinitely last
-BISECTION_STEPS = 12  # sparsity resolution of a speed target: 1 / 4096 of the range
+SPEEDUP_TOLERANCE = 0.005  # a speed target is met at up to 0.5% above it
+SEARCH_STEPS = 12  # rankings per speed target at most
+SEARCH_RESOLUTION = 1 / 1024  # or until the sparsity bracket is this narrow
 
 
 def check_allocation(allocation: str, pattern: str, scope: Scope, target_speedup: float | None) -> None:
@@ -87,33 +90,35 @@ class LatencyAllocator:
     ) -> dict[str, torch.Tensor]:
         if self.pattern.fixed_sparsity() is not None:  # N:M: every group alike, nothing to rank across layers
             return self.pattern.keep_codes(scores, sparsity, self.scope, final)
-        density: dict[str, float | None] = dict.fromkeys(scores)
+        slopes = {n: slope_us(self.model, n, None) for n in scores}
         codes: dict[str, torch.Tensor] = {}
         for _ in range(PASSES):
-            factors = {n: s.numel() / slope_us(self.model, n, density[n]) for n, s in scores.items()}
+            factors = {n: s.numel() / slopes[n] for n, s in scores.items()}
             top = max(factors.values())
-            scaled = {n: s * (factors[n] / top) for n, s in scores.items()}
-            codes = self.pattern.keep_codes(scaled, sparsity, self.scope, final)
-            density = {n: 1.0 - s for n, s in code_sparsity(codes).items()}
+            codes = self.pattern.keep_codes({n: s * (factors[n] / top) for n, s in scores.items()}, sparsity,
+                                            self.scope, final)  # fmt: skip
+            local = {n: slope_us(self.model, n, 1.0 - s) for n, s in code_sparsity(codes).items()}
+            if all(abs(local[n] - slopes[n]) <= SLOPE_TOLERANCE * slopes[n] for n in scores):
+                break  # the time is as linear there as the slope assumed: ranking again changes nothing
+            slopes = local
         return codes
 
-    def allocate(self, scores: Mapping[str, torch.Tensor], sparsity: float, final: float | None) -> Allocation:
-        """Codes at `sparsity` of all prunable elements, the layers that would lose to dense kept dense."""
+    def allocate(
+        self, scores: Mapping[str, torch.Tensor], sparsity: float, final: float | None, redistribute: bool = True
+    ) -> Allocation:
+        """Codes at `sparsity` of all prunable elements, the layers that would lose to dense kept dense; with
+        `redistribute` the other layers are ranked again until they hold the whole target."""
         total = sum(s.numel() for s in scores.values())
         dense: list[str] = []
         codes: dict[str, torch.Tensor] = {}
         while len(dense) < len(scores):
             active = {n: s for n, s in scores.items() if n not in dense}
-            share = (
-                sparsity
-                if self.pattern.fixed_sparsity() is not None
-                else min(sparsity * total / sum(s.numel() for s in active.values()), self.cap)
-            )
-            codes = self.ranked(active, share, final)
+            share = min(sparsity * total / sum(s.numel() for s in active.values()), self.cap)
+            codes = self.ranked(active, sparsity if self.pattern.fixed_sparsity() is not None else share, final)
             losers = [n for n, s in code_sparsity(codes).items() if self.model.loses(n, s)]
-            if not losers:
-                break
             dense += losers
+            if not losers or not redistribute:
+                break
         full = {n: codes[n] if n in codes and n not in dense else torch.full(s.shape, KEPT, dtype=torch.uint8)
                 for n, s in scores.items()}  # fmt: skip
         ordered = [n for n in scores if n in dense]
@@ -121,18 +126,23 @@ class LatencyAllocator:
         return Allocation(full, ordered, sparsity, reached, self.model.speedup(reached, ordered))
 
     def for_speedup(self, scores: Mapping[str, torch.Tensor], speedup: float, final: float | None) -> Allocation:
-        """The allocation at the lowest overall sparsity whose predicted speedup reaches `speedup` (bisection)."""
-        best = self.allocate(scores, self.cap, final)
+        """The allocation at about the lowest overall sparsity whose predicted speedup reaches `speedup`, within
+        SPEEDUP_TOLERANCE above it: regula falsi on the predicted time ratio, which falls about linearly with the
+        sparsity, since each evaluation ranks every unit again. The bisection's bracket keeps it converging."""
+        best = self.allocate(scores, self.cap, final, redistribute=False)
         if best.speedup < speedup:
             raise UserError(unreachable_message(self.model, speedup, best))
-        low, high = 0.0, self.cap
-        for _ in range(BISECTION_STEPS):
-            middle = (low + high) / 2
-            candidate = self.allocate(scores, middle, final)
+        low, high, ratio_low, ratio_high = 0.0, self.cap, 1.0, 1.0 / best.speedup
+        for _ in range(SEARCH_STEPS):
+            if best.speedup <= speedup * (1 + SPEEDUP_TOLERANCE) or high - low < SEARCH_RESOLUTION:
+                break
+            guess = low + (ratio_low - 1.0 / speedup) * (high - low) / max(ratio_low - ratio_high, 1e-12)
+            margin = (high - low) / 8  # never next to an end, so the bracket shrinks every step
+            candidate = self.allocate(scores, min(max(guess, low + margin), high - margin), final, redistribute=False)
             if candidate.speedup >= speedup:
-                high, best = middle, candidate
+                high, ratio_high, best = candidate.sparsity, 1.0 / candidate.speedup, candidate
             else:
-                low = middle
+                low, ratio_low = candidate.sparsity, 1.0 / candidate.speedup
         return best
 
 
