@@ -41,13 +41,22 @@ def _instantiate_group(group: DictConfig | None) -> list[Any]:
     return [instantiate(entry) for entry in group.values() if entry is not None and "_target_" in entry]
 
 
-def _stage_table(results: list[dict[str, float]], monitor: str) -> Table:
+def _stage_table(results: list[dict[str, Any]], monitor: str) -> Table:
     table = Table(title=f"{monitor} per pruning stage")
-    for column in ("stage", "target", "sparsity", monitor):
+    # the predictions of latency-aware runs (summary.json holds every run's, H200-fitted where no table was given)
+    targets = any("target_speedup" in row for row in results)
+    predicted = any("predicted_speedup" in row for row in results) and (targets or any("dense_layers" in row
+                                                                                       for row in results))  # fmt: skip
+    columns = ["stage", "target", "sparsity", monitor]
+    columns += ["target ×dense"] * targets + ["predicted ×dense"] * predicted
+    for column in columns:
         table.add_column(column, justify="right")
     for row in results:
         stage = "dense" if row["stage"] < 0 else str(int(row["stage"]))
-        table.add_row(stage, f"{row['target']:.3f}", f"{row['sparsity']:.4f}", f"{row[monitor]:.4f}")
+        cells = [stage, f"{row['target']:.3f}", f"{row['sparsity']:.4f}", f"{row[monitor]:.4f}"]
+        cells += [f"{row['target_speedup']:.2f}" if "target_speedup" in row else ""] * targets
+        cells += [f"{row['predicted_speedup']:.2f}" if "predicted_speedup" in row else ""] * predicted
+        table.add_row(*cells)
     return table
 
 

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-E2E_MODULES = {"test_train_e2e", "test_text_e2e", "test_export", "test_sweeps", "test_resume_exact"}
+E2E_MODULES = {"test_train_e2e", "test_text_e2e", "test_export", "test_sweeps", "test_resume_exact",
+               "test_latency_runs", "test_artifact", "test_wandb", "test_ddp"}  # fmt: skip
 ROOT = Path(__file__).resolve().parents[1]
 RUN_OUTPUTS = ("plots", "wandb", "logs", "lightning_logs", "outputs", "multirun", "checkpoints")
 

@@ -27,7 +27,6 @@ from sparseprune.export.pipeline import build_twin, export, rebuild
 from sparseprune.files import TEMP_SUFFIX
 from sparseprune.training import train
 
-pytestmark = pytest.mark.e2e  # trains and exports through the real configs
 ROOT = Path(__file__).resolve().parents[1]
 VGG_RUN = ["schedule.dense_epochs=0", "schedule.stages=1", "trainer.limit_train_batches=2",
            "trainer.limit_val_batches=1", "importance=magnitude"]  # fmt: skip

@@ -16,7 +16,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 import torch
 from hydra_runs import PATTERN_OVERRIDES, TINY_VGG
 
@@ -41,7 +40,6 @@ def train(run_dir: Path, *overrides: str) -> tuple[list[dict[str, torch.Tensor]]
     return [torch.load(path) for path in sorted(masks.glob("rank*.pt"))], result.stdout + result.stderr
 
 
-@pytest.mark.e2e
 def test_two_ranks_build_identical_masks_and_write_once(tmp_path: Path) -> None:
     ddp = tmp_path / "ddp"
     ranks, printed = train(ddp, *TAYLOR, *TWO_RANKS, f"data.batch_size={PER_RANK_BATCH}")
@@ -53,7 +51,6 @@ def test_two_ranks_build_identical_masks_and_write_once(tmp_path: Path) -> None:
     assert printed.count("summary: ") == 1, "the stage table and summary are printed by rank zero alone"
 
 
-@pytest.mark.e2e
 def test_two_ranks_build_the_masks_of_one_process(tmp_path: Path) -> None:
     ranks, _ = train(tmp_path / "ddp", *MAGNITUDE_AT_START, *TWO_RANKS, f"data.batch_size={PER_RANK_BATCH}")
     (single,), _ = train(tmp_path / "single", *MAGNITUDE_AT_START, f"data.batch_size={2 * PER_RANK_BATCH}")

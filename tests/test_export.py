@@ -14,8 +14,9 @@ from safetensors.torch import load_file
 
 from sparseprune.errors import UserError
 from sparseprune.export.packing import pack_layer, packed_from_tensors
-from sparseprune.export.pipeline import against_best_dense, export
+from sparseprune.export.pipeline import against_best_dense, export, pack_model, predicted_speedup
 from sparseprune.export.sparse_modules import SparseConv2d, StorageOrderMaxPool2d, im2col
+from sparseprune.gemm_view import find_prunable
 from sparseprune.patterns import build_pattern, keep_mask
 from sparseprune.training import train
 
@@ -245,3 +246,15 @@ def test_export_bad_checkpoints(tmp_path: Path) -> None:
         run(unpruned)
     with pytest.raises(UserError, match="layer_choice must be one of"):
         export(compose_config("export", [f"ckpt={unpruned}", "layer_choice=dense"], tmp_path))
+
+
+def test_layers_kept_dense_by_latency_allocation_stay_unpacked_and_the_last_prediction_is_reported() -> None:
+    net = torch.nn.Sequential(torch.nn.Linear(32, 16), torch.nn.ReLU(), torch.nn.Linear(16, 8))
+    weights = find_prunable(net, ())
+    scores = {w.name: torch.rand(w.param.shape[1], w.param.shape[0]) for w in weights}
+    codes = build_pattern("ew").keep_codes(scores, 0.5)
+    predictions = {0: {"speedup": 1.3, "layers": {}, "source": "analytic"}, 1: {"speedup": 1.7, "layers": {}}}
+    state = {"codes": codes, "pattern": {"name": "ew"}, "dense_layers": ["2.weight"], "predictions": predictions}
+    assert sorted(pack_model(weights, state)) == ["0.weight"]
+    assert predicted_speedup(state) == {"stage": 1, "speedup": 1.7, "source": "latency model"}
+    assert predicted_speedup({"codes": codes}) is None

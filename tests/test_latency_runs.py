@@ -125,3 +125,21 @@ def test_calibration_on_a_cpu_is_one_error_line(tmp_path: Path) -> None:
         "error: calibration times the sparse kernels on a CUDA GPU and none is visible; run it on the GPU the "
         "model will serve on (without a table, training predicts from the analytic model)"
     ]
+
+
+def test_stage_table_shows_predictions_of_latency_aware_runs_only() -> None:
+    from rich.console import Console
+
+    from sparseprune.training import _stage_table
+
+    def rendered(rows: list[dict]) -> str:
+        console = Console(record=True, width=200)
+        console.print(_stage_table(rows, "val/acc"))
+        return console.export_text()
+
+    dense = {"stage": -1, "target": 0.0, "sparsity": 0.0, "val/acc": 0.9, "predicted_speedup": 1.0}
+    stage = {"stage": 0, "target": 0.5, "sparsity": 0.5, "val/acc": 0.8, "predicted_speedup": 1.31}
+    assert "predicted" not in rendered([dense, stage])  # importance-only: the summary keeps it, the table does not
+    latency = [dense | {"dense_layers": []}, stage | {"dense_layers": ["a"], "target_speedup": 1.3}]
+    text = rendered(latency)
+    assert "predicted ×dense" in text and "target ×dense" in text and "1.31" in text and "1.30" in text

@@ -18,7 +18,6 @@ from sparseprune.loggers import QuietWandbLogger, wandb_run_id
 from sparseprune.sweeps import CONF_DIR, ONLINE, LocalRun, check_sweep, load_sweep, run_locally
 from sparseprune.training import train
 
-pytestmark = pytest.mark.e2e  # trains through the real configs
 SWEEPS = sorted((CONF_DIR / "sweep").glob("*.yaml"))
 
 

@@ -93,9 +93,11 @@ def pack_model(prunable: list[PrunableWeight], state: dict[str, Any]) -> dict[st
     missing = sorted(set(state["codes"]) - set(weights))
     if missing:
         raise UserError(f"checkpoint masks name weights the model lacks: {missing[:3]}")
+    kept_dense = set(state.get("dense_layers") or ())  # latency-aware allocation: their sparse call would lose
     return {
         name: pack_layer(to_gemm(weights[name].param.detach()), codes, state["pattern"])
         for name, codes in progress(state["codes"].items(), "packing layers")
+        if name not in kept_dense
     }
 
 
@@ -160,6 +162,16 @@ def export(cfg: DictConfig) -> dict[str, Any]:
         except Exception as error:  # W&B's own failures (no API key online, a full disk) leave the export complete
             log.warning("export not logged to W&B run %s: %s", report["wandb_run"]["id"], str(error).splitlines()[0])
     return report
+
+
+def predicted_speedup(state: dict[str, Any]) -> dict[str, Any] | None:
+    """The whole-model speedup the latency model predicted for the checkpoint's last pruned stage, if any."""
+    predictions = state.get("predictions") or {}
+    if not predictions:
+        return None
+    stage = max(int(s) for s in predictions)
+    prediction = predictions.get(stage, predictions.get(str(stage)))
+    return {"stage": stage, "speedup": prediction["speedup"], "source": prediction.get("source", "latency model")}
 
 
 def _wandb_run(setting: Any, run_config: dict[str, Any], ckpt: Path) -> dict[str, Any] | None:
@@ -231,6 +243,8 @@ def _export(cfg: DictConfig, staging: Path, out_dir: Path) -> dict[str, Any]:
             for name, p in packed.items()
         },
         "not_swapped": unpacked_layers(weights, packed),
+        "kept_dense": list(state.get("dense_layers") or []),
+        "predicted": predicted_speedup(state),
         "feature_major_encoders": stream_encoders,
         "folded_batch_norms": folded,
         "check": {"fp32_rel_error": fp32_error, "fp32_tolerance": cfg.tolerance, "timed_dtype_rel_error": timed_error},
@@ -339,6 +353,12 @@ def _print_report(report: dict[str, Any], out_dir: Path) -> None:
     console.print(_layer_timing_table(report))
     console.print(_timing_table(report))
     console.print(f"speedup (dense / sparse median): {report['speedup']:.2f}x")
+    if report["predicted"] is not None:
+        predicted = report["predicted"]
+        console.print(f"predicted at training ({predicted['source']}, stage {predicted['stage']}): "
+                      f"{predicted['speedup']:.2f}x dense")  # fmt: skip
+    if report["kept_dense"]:
+        console.print(f"kept dense by latency-aware allocation (their sparse calls would lose): {report['kept_dense']}")
     if report["device"] == "cpu":
         console.print(
             "[yellow]on a CPU no sparse kernel runs: the sparse rows time the torch reference ops (a gather and a "
