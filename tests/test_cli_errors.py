@@ -6,6 +6,7 @@ a case costs what it checks, not an interpreter start. `{name}` in an argument i
 
 from __future__ import annotations
 
+import logging
 import runpy
 import sys
 from collections.abc import Callable
@@ -44,6 +45,8 @@ def cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFi
         monkeypatch.setattr(sys, "argv", [str(ROOT / entry), *args, *hydra_args])
         GlobalHydra.instance().clear()
         resolvers = set(BaseContainer._resolvers)  # a script registers its own at import, once per process
+        root = logging.getLogger()
+        handlers, level = list(root.handlers), root.level  # Hydra's job logging adds handlers on this run's streams
         try:
             if entry.endswith(".py"):  # as `python train.py`: Hydra finds conf/ beside the script
                 runpy.run_path(str(ROOT / entry), run_name="__main__")
@@ -54,6 +57,10 @@ def cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFi
             status = exit_.code if isinstance(exit_.code, int) else 1
         for name in set(BaseContainer._resolvers) - resolvers:
             OmegaConf.clear_resolver(name)
+        for handler in [h for h in root.handlers if h not in handlers]:  # later runs would write to closed streams
+            root.removeHandler(handler)
+            handler.close()
+        root.setLevel(level)
         captured = capfd.readouterr()
         return status, captured.out + captured.err
 
