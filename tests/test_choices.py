@@ -32,7 +32,7 @@ def test_existing_choices_pass(overrides: list[str]) -> None:
     ("overrides", "message"),
     [
         (["model=resnet9000"], "Could not find 'model/resnet9000': model is one of bert, lstm_nmt, vgg16"),
-        (["-m", "pattern=ew,diag"], "Could not find 'pattern/diag': pattern is one of bw, ew, nm, tew, tw, vw"),
+        (["-m", "pattern=ew,diag"], "Could not find 'pattern/diag': pattern is one of bw, ew, nm, shflbw, tew, tw, vw"),
         (["++trainer=tpu"], "Could not find 'trainer/tpu': trainer is one of cpu, debug, gpu"),
     ],
 )

@@ -90,8 +90,8 @@ def bad_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         files[name] = directory / f"{name}.ckpt"
         callbacks = {**checkpoint["callbacks"], "StagedPruning": spoiled_pruning}
         torch.save({**checkpoint, "callbacks": callbacks}, files[name])
-    sweep = {"method": "grid", "parameters": {"pattern.granularity": {"values": [12]}},
-             "command": ["${env}", "python", "${program}", "${args_no_hyphens}"]}  # fmt: skip
+    command = ["${env}", "python", "${program}", "${args_no_hyphens}", "logger.wandb.offline=false"]
+    sweep = {"method": "grid", "parameters": {"pattern.granularity": {"values": [12]}}, "command": command}
     files["g12_sweep"] = directory / "g12.yaml"
     files["g12_sweep"].write_text(yaml.safe_dump(sweep))
     return files | {"good": good, "file": files["a_file"]}

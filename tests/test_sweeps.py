@@ -47,7 +47,7 @@ def test_grid_is_the_cross_product() -> None:
 
 def write_sweep(tmp_path: Path, parameters: dict, method: str = "grid") -> Path:
     path = tmp_path / "sweep.yaml"
-    command = ["${env}", "python", "${program}", "${args_no_hyphens}"]
+    command = ["${env}", "python", "${program}", "${args_no_hyphens}", "logger.wandb.offline=false"]  # as the shipped
     path.write_text(
         yaml.safe_dump({"program": "train.py", "method": method, "parameters": parameters, "command": command})
     )
