@@ -25,7 +25,7 @@ from sparseprune.export.formats.limits import limit
 from sparseprune.export.formats.nm import PackedNM, run_route
 from sparseprune.export.formats.sp24 import aligned
 from sparseprune.export.formats.tw import ACTIVATIONS, KERNEL_DTYPES, PackedTW, host_copy, tw_matmul_reference
-from sparseprune.export.sparse_modules import im2col_reference
+from sparseprune.export.sparse_modules import conv_output_size, im2col_reference
 
 ROW_FLEXIBLE_PATHS = (0, 7)  # "auto" and "wgmma.rows" plan their work items on the host from tile_ptr
 NORM_H_STEP, NORM_MAX_H = limit("norm::kHStep"), limit("norm::kMaxH")  # hidden sizes the LayerNorm kernel takes
@@ -92,8 +92,13 @@ def _tw_matmul_fake(
     y_feature_major: bool,
     path: int,
 ) -> torch.Tensor:
-    m = x.shape[1] if x_feature_major else x.shape[0]
-    return x.new_empty((n, m) if y_feature_major else (m, n))
+    return _matmul_output(x, n, x_feature_major, y_feature_major)
+
+
+def _matmul_output(x: torch.Tensor, n: int, x_feature_major: bool, y_feature_major: bool) -> torch.Tensor:
+    """The output a TW or N:M call of x makes: (M, N), or (N, M) when y_feature_major, M from x's storage."""
+    rows = x.shape[1] if x_feature_major else x.shape[0]
+    return x.new_empty((n, rows) if y_feature_major else (rows, n))
 
 
 @torch.library.custom_op("sparseprune::nm_matmul", mutates_args=())
@@ -137,8 +142,7 @@ def _nm_matmul_fake(
     x_feature_major: bool,
     y_feature_major: bool,
 ) -> torch.Tensor:
-    rows = x.shape[1] if x_feature_major else x.shape[0]
-    return x.new_empty((n, rows) if y_feature_major else (rows, n))
+    return _matmul_output(x, n, x_feature_major, y_feature_major)
 
 
 @torch.library.custom_op("sparseprune::sp24_matmul", mutates_args=(), device_types="cuda")
@@ -190,9 +194,8 @@ def im2col_op(x: torch.Tensor, kh: int, kw: int, dh: int, dw: int, ph: int, pw: 
 def _im2col_fake(
     x: torch.Tensor, kh: int, kw: int, dh: int, dw: int, ph: int, pw: int, sh: int, sw: int
 ) -> torch.Tensor:
-    batch, channels, height, width = x.shape
-    out_h = (height + 2 * ph - dh * (kh - 1) - 1) // sh + 1
-    out_w = (width + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+    batch, channels = x.shape[:2]
+    out_h, out_w = conv_output_size(x, (kh, kw), (dh, dw), (ph, pw), (sh, sw))
     return x.new_empty((channels * kh * kw, batch * out_h * out_w))
 
 
