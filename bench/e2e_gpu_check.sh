@@ -12,10 +12,7 @@ set -uo pipefail
 out=${1:-${OUT:?usage: bench/e2e_gpu_check.sh OUT_DIR (or set OUT)}}
 deadline=$((SECONDS + 570))
 source "$(dirname "$0")/gpu_check.sh"
-if ! ls sparseprune/_kernels*.so >/dev/null 2>&1; then
-  step build "$out/build.log" 300 python setup.py build_ext --inplace || exit 1
-  gzip -c sparseprune/_kernels*.so >"$out/kernels.so.gz"
-fi
+build_unless_carried "$out/kernels.so.gz"
 if [[ -z ${SKIP_CHECKS:-} ]]; then
   step pytest "$out/pytest.log" 150 python -m pytest -x -q -p no:cacheprovider -m gpu tests/test_feature_major_bert.py \
     tests/test_sp24_kernel.py

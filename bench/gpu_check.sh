@@ -1,5 +1,6 @@
-# Sourced by bench/*_gpu_check.sh: the output folder, the build environment, the device note, `step` and
-# `device_tag`. Needs `out`; a script may set `deadline` (a $SECONDS value) that every step must end by.
+# Sourced by bench/*_gpu_check.sh: the output folder, the build environment, the device note, `step`,
+# `build_unless_carried` and `device_tag`. Needs `out`; a script may set `deadline` (a $SECONDS value) that every
+# step must end by.
 mkdir -p "$out"
 export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda-13.0}
 export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0a}
@@ -33,4 +34,12 @@ step() {
 # Short lower-case GPU tag for result file names (h100, h200; gpu when the name carries none).
 device_tag() {
   python -c "import re, torch; n = torch.cuda.get_device_name(); m = re.search(r'[A-Z]\d{2,3}', n); print((m.group(0) if m else 'gpu').lower())"
+}
+
+# build_unless_carried [GZ]: builds the extension in place unless sparseprune/_kernels*.so is there (a build carried
+# in); after a build, GZ (when given) gets the gzipped .so to carry into the next call. A failed build ends the script.
+build_unless_carried() {
+  ls sparseprune/_kernels*.so >/dev/null 2>&1 && return 0
+  step build "$out/build.log" 300 python setup.py build_ext --inplace || exit 1
+  [[ -z ${1:-} ]] || gzip -c sparseprune/_kernels*.so >"$1"
 }

@@ -10,9 +10,7 @@ set -uo pipefail
 out=${1:-${OUT:?usage: bench/sanitize_gpu_check.sh OUT_DIR (or set OUT)}}
 deadline=$((SECONDS + 570))
 source "$(dirname "$0")/gpu_check.sh"
-if ! ls sparseprune/_kernels*.so >/dev/null 2>&1; then
-  step build "$out/build.log" 300 python setup.py build_ext --inplace || exit 1
-fi
+build_unless_carried
 sanitizer="$CUDA_HOME/bin/compute-sanitizer"
 [ -x "$sanitizer" ] || sanitizer=compute-sanitizer
 

@@ -13,9 +13,7 @@ set -uo pipefail
 out=${1:-${OUT:?usage: bench/text_export_gpu_check.sh OUT_DIR (or set OUT)}}
 deadline=$((SECONDS + 570))
 source "$(dirname "$0")/gpu_check.sh"
-if ! ls sparseprune/_kernels*.so >/dev/null 2>&1; then
-  step build "$out/build.log" 300 python setup.py build_ext --inplace || exit 1
-fi
+build_unless_carried
 
 runs=$(mktemp -d)
 # model, its training overrides, and the batch sizes its export times
