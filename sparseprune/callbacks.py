@@ -5,7 +5,6 @@ All pattern logic lives in `sparseprune.patterns`; this callback only drives it.
 
 from __future__ import annotations
 
-import inspect
 import logging
 from collections.abc import Mapping
 from dataclasses import asdict
@@ -26,7 +25,7 @@ from sparseprune.latency.geometry import preserved_random_state
 from sparseprune.latency.options import LatencyOptions, stage_prediction
 from sparseprune.latency.predictor import LatencyModel
 from sparseprune.masking import MaskedWeights, check_codes, layer_sparsity, overall_sparsity
-from sparseprune.patterns.base import PATTERNS, pattern_from_config
+from sparseprune.patterns.base import pattern_defaults, pattern_from_config
 from sparseprune.plots import layer_sparsity_figure, save_figure
 from sparseprune.ranking import Scope
 from sparseprune.schedule import Schedule
@@ -298,15 +297,6 @@ GROUP_KEYS = {  # a saved setting's name -> its key under the group's prefix, wh
     "scope": {"kind": "scope"},
     "allocation": {"kind": "allocation", "table": "latency.table", "batch_size": "latency.batch_size"},
 }
-
-
-def pattern_defaults(name: str) -> dict[str, Any]:
-    """The default of every option of the pattern `name` (none for an unknown name)."""
-    pattern_class = PATTERNS.get(name)
-    if pattern_class is None:
-        return {}
-    parameters = inspect.signature(pattern_class.__init__).parameters.values()
-    return {p.name: p.default for p in parameters if p.default is not inspect.Parameter.empty}
 
 
 def check_same_settings(saved: Mapping[str, Any], current: Mapping[str, Mapping[str, Any]], path: str) -> None:

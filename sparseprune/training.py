@@ -45,8 +45,8 @@ def _stage_table(results: list[dict[str, Any]], monitor: str) -> Table:
     table = Table(title=f"{monitor} per pruning stage")
     # the predictions of latency-aware runs (summary.json holds every run's, H200-fitted where no table was given)
     targets = any("target_speedup" in row for row in results)
-    predicted = any("predicted_speedup" in row for row in results) and (targets or any("dense_layers" in row
-                                                                                       for row in results))  # fmt: skip
+    latency_aware = targets or any("dense_layers" in row for row in results)
+    predicted = latency_aware and any("predicted_speedup" in row for row in results)
     columns = ["stage", "target", "sparsity", monitor]
     columns += ["target ×dense"] * targets + ["predicted ×dense"] * predicted
     for column in columns:

@@ -169,8 +169,8 @@ def predicted_speedup(state: dict[str, Any]) -> dict[str, Any] | None:
     predictions = state.get("predictions") or {}
     if not predictions:
         return None
-    stage = max(int(s) for s in predictions)
-    prediction = predictions.get(stage, predictions.get(str(stage)))
+    stage = max(predictions)  # StagedPruning saves them by stage number
+    prediction = predictions[stage]
     return {"stage": stage, "speedup": prediction["speedup"], "source": prediction.get("source", "latency model")}
 
 

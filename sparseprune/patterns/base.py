@@ -69,6 +69,16 @@ def build_pattern(name: str, **options: object) -> Pattern:
     return pattern_class(**options)
 
 
+def pattern_defaults(name: str) -> dict[str, object]:
+    """The default of every option of the pattern `name` (none for an unknown name): what a checkpoint written
+    before an option existed was pruned with."""
+    pattern_class = PATTERNS.get(name)
+    if pattern_class is None:
+        return {}
+    parameters = inspect.signature(pattern_class.__init__).parameters.values()
+    return {p.name: p.default for p in parameters if p.default is not inspect.Parameter.empty}
+
+
 def pattern_from_config(config: Mapping[str, object]) -> Pattern:
     """The pattern a `pattern` config group (or a checkpoint's copy of it) describes: its name and options."""
     options = {key: value for key, value in config.items() if key != "name"}
