@@ -15,11 +15,11 @@ source "$(dirname "$0")/gpu_check.sh"
 build_unless_carried "$out/kernels.so.gz"
 if [[ -z ${SKIP_CHECKS:-} ]]; then
   step pytest "$out/pytest.log" 150 python -m pytest -x -q -p no:cacheprovider -m gpu tests/test_feature_major_bert.py \
-    tests/test_sp24_kernel.py
+    tests/test_sp24_kernel.py tests/test_attention.py
   sanitizer="$CUDA_HOME/bin/compute-sanitizer"
   [ -x "$sanitizer" ] || sanitizer=compute-sanitizer
   step memcheck "$out/memcheck.log" 90 "$sanitizer" --tool memcheck --error-exitcode 3 \
-    python -m pytest -q -p no:cacheprovider tests/test_feature_major_bert.py -k "layer_norm_kernel and 768 and 4101"
+    python -m pytest -q -p no:cacheprovider tests/test_feature_major_bert.py -k "layer_norm_kernel and 768 and (256 or 4101 or 16384)"
   step sp24 "$out/sp24.log" 90 python -m bench.nm_bench --patterns 2:4 --vectors 1 --shapes decode_m16 bert_qkv \
     --out "$out/sp24"
 fi

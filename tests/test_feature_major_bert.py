@@ -112,10 +112,17 @@ def test_feature_major_layer_norm_is_torchs_layer_norm_of_the_sum() -> None:
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("hidden", [64, 384, 768, 1024, 832, 96])  # 96: not the kernel's, the reference runs
-@pytest.mark.parametrize("tokens", [1, 5, 16, 100, 256, 2047, 4096, 4101])
-def test_layer_norm_kernel_matches_the_fp32_reference(dtype: torch.dtype, hidden: int, tokens: int) -> None:
+# Token counts cover every tiling the launcher picks: 16-byte runs of 32, 16 and 8 tokens with clusters of 1-8 CTAs
+# (multiples of 8), and the scalar tiles (the rest).
+@pytest.mark.parametrize("tokens", [1, 5, 16, 32, 100, 128, 256, 2047, 4096, 4101, 16384])
+@pytest.mark.parametrize("misaligned", [False, True], ids=["aligned", "misaligned"])
+def test_layer_norm_kernel_matches_the_fp32_reference(
+    dtype: torch.dtype, hidden: int, tokens: int, misaligned: bool
+) -> None:
     gen = torch.Generator("cuda").manual_seed(hidden * tokens)
-    x, residual = (torch.randn(2, hidden, tokens, generator=gen, device="cuda") * 3 + 1).to(dtype).unbind(0)
+    storage = (torch.randn(2 * hidden * tokens + 1, generator=gen, device="cuda") * 3 + 1).to(dtype)
+    start = 1 if misaligned else 0  # one element in: 2-byte alignment, so the kernel must take its scalar tiles
+    x, residual = storage[start : start + 2 * hidden * tokens].view(2, hidden, tokens).unbind(0)
     weight, bias = torch.randn(2, hidden, generator=gen, device="cuda").to(dtype).unbind(0)
     got = torch.ops.sparseprune.add_layer_norm_feature_major(x, residual, weight, bias, 1e-12)
     expected = F.layer_norm((x + residual).float().t(), (hidden,), weight.float(), bias.float(), 1e-12).t()

@@ -7,7 +7,8 @@
 Default cases: the TW kernels (wgmma.ws and wgmma, feature-major x, G=128, 75%) at BERT QKV and 8192^3, and the
 2:4 sparse-tensor-core kernel next to cuBLAS at 8192^3 and BERT FFN in. Other cases profile the long-item TW
 calls (8192^3 at 90%, vector-wise 2:8 with V = 128 on VGG conv4) beside cuBLAS on the full and on the kept K.
-Each call sits in an NVTX range named after its case; every operation runs twice first, so packing, compression
+The layer_norm cases profile the feature-major residual add + LayerNorm at BERT-base's 16 x 256 and 1 x 256 tokens
+beside torch's add and LayerNorm on row-major activations. Each call sits in an NVTX range named after its case; every operation runs twice first, so packing, compression
 and autotuning stay out of the window.
 """
 
@@ -18,6 +19,7 @@ from collections.abc import Callable
 
 import torch
 
+import sparseprune.export.ops  # noqa: F401  (registers torch.ops.sparseprune)
 from bench.nm_bench import random_nm_mask
 from bench.tw_bench import bench_tw_mask
 from sparseprune.export.formats.nm import nm_matmul, pack_nm, tw_view
@@ -50,6 +52,16 @@ def _sp24(m: int, k: int, n: int, gen: torch.Generator) -> Call:
     return lambda: nm_matmul(x, packed, kernel="sp24")
 
 
+def _add_layer_norm(h: int, t: int, feature_major: bool) -> Call:
+    """Residual add + LayerNorm of BERT's encoder: the stream's kernel on (H, T), or torch's on row-major (T, H)."""
+    x, res = (torch.randn(h, t, device="cuda").half() for _ in range(2))
+    weight, bias = torch.randn(h, device="cuda").half(), torch.randn(h, device="cuda").half()
+    if feature_major:
+        return lambda: torch.ops.sparseprune.add_layer_norm_feature_major(x, res, weight, bias, 1e-12)
+    xr, rr = x.t().contiguous(), res.t().contiguous()
+    return lambda: torch.nn.functional.layer_norm(xr + rr, (h,), weight, bias, 1e-12)
+
+
 def _dense(m: int, k: int, n: int) -> Call:
     b, x = _weight(k, n), torch.randn(m, k, device="cuda").half()
     return lambda: x @ b
@@ -68,6 +80,9 @@ CASES: dict[str, Callable[[torch.Generator], Call]] = {
     "vw28_vgg": lambda g: _vw_tw(6272, 4608, 512, 2, 8, 128, g),
     "dense_vgg": lambda g: _dense(6272, 4608, 512),
     "dense_vgg_kept": lambda g: _dense(6272, 1152, 512),
+    "layer_norm_bert": lambda g: _add_layer_norm(768, 4096, True),
+    "layer_norm_bert_rows": lambda g: _add_layer_norm(768, 4096, False),
+    "layer_norm_seq": lambda g: _add_layer_norm(768, 256, True),
 }
 DEFAULT_CASES = (
     "tw_bert_qkv",

@@ -10,8 +10,9 @@ filled a fraction of the GPU. Here the residual stream is one contiguous (H, T) 
 - residual add and LayerNorm are one kernel over dim 0 of that layout (`sparseprune::add_layer_norm_feature_major`:
   one pass over memory where torch and inductor take two), and GELU runs in FFN in's TW epilogue (H200, BERT-base
   at 16 x 256 tokens, compiled: 70 us less than inductor's GELU pass after the GEMM);
-- attention is the only layout change: QKV to the (batch, heads, seq, head) layout sdpa's fused kernels read, and
-  the context back, two copies of the activations where the swapped twin made ten.
+- attention reads Q, K and V from the stacked (3H, T) projection and writes its context (H, T) in place of the
+  stream (`sparseprune::attention_feature_major`, sparseprune/export/attention.py), with no layout change at all
+  where the swapped twin made ten copies of the activations per layer.
 Under torch.compile the torch code between the custom ops fuses (GELU after a layer kept dense, the embeddings);
 eager, each is a torch kernel or two. Inference only: dropout is left out.
 """
@@ -27,6 +28,7 @@ from torch import nn
 from transformers.modeling_outputs import BaseModelOutputWithPastAndCrossAttentions
 
 from sparseprune.errors import UserError
+from sparseprune.export.attention import additive_mask
 from sparseprune.export.formats.nm import TW_MIN_VECTOR, PackedNM, tw_view
 from sparseprune.export.formats.tw import ACTIVATIONS, FEATURE_MAJOR_M_ALIGN, SMALL_M, PackedTW, concat_tw
 from sparseprune.export.sparse_modules import SparseLinear
@@ -161,13 +163,8 @@ class FeatureMajorBertLayer(nn.Module):
         self.output_norm = layer.output.LayerNorm
 
     def attend(self, qkv_t: torch.Tensor, batch: int, seq: int, mask: torch.Tensor | None) -> torch.Tensor:
-        """Context (H, T) from the stacked QKV (3H, T): sdpa on the (batch, heads, seq, head) layout its fused kernels
-        read, one transpose in and one out (`sparseprune::transpose`)."""
-        hidden = self.heads * self.head_size
-        qkv = torch.ops.sparseprune.transpose(qkv_t).view(batch, seq, 3, self.heads, self.head_size)
-        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
-        context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scaling)
-        return torch.ops.sparseprune.transpose(context.transpose(1, 2).reshape(batch * seq, hidden))
+        """Context (H, T) from the stacked QKV (3H, T), read and written in the stream's layout."""
+        return torch.ops.sparseprune.attention_feature_major(qkv_t, mask, batch, self.heads, self.scaling)
 
     def forward(self, hidden_t: torch.Tensor, batch: int, seq: int, mask: torch.Tensor | None) -> torch.Tensor:
         context = self.attend(self.qkv(hidden_t), batch, seq, mask)
@@ -212,7 +209,7 @@ class FeatureMajorBertEncoder(nn.Module):
         batch, seq, hidden = hidden_states.shape
         # the TW kernels read a feature-major x in 16-byte runs of tokens, or run a GEMV on at most SMALL_M tokens
         padded = seq if (batch * seq) % FEATURE_MAJOR_M_ALIGN == 0 or batch * seq <= SMALL_M else _aligned(seq)
-        mask = _sdpa_mask(attention_mask, seq, padded, hidden_states.device)
+        mask = additive_mask(_sdpa_mask(attention_mask, seq, padded, hidden_states.device), hidden_states.dtype)
         if padded != seq:
             hidden_states = F.pad(hidden_states, (0, 0, 0, padded - seq))
         stream = hidden_states.reshape(batch * padded, hidden).t().contiguous()
