@@ -7,9 +7,9 @@
 Default cases: the TW kernels (wgmma.ws and wgmma, feature-major x, G=128, 75%) at BERT QKV and 8192^3, and the
 2:4 sparse-tensor-core kernel next to cuBLAS at 8192^3 and BERT FFN in. Other cases profile the long-item TW
 calls (8192^3 at 90%, vector-wise 2:8 with V = 128 on VGG conv4) beside cuBLAS on the full and on the kept K.
-The layer_norm cases profile the feature-major residual add + LayerNorm at BERT-base's 16 x 256 and 1 x 256 tokens
-beside torch's add and LayerNorm on row-major activations. Each call sits in an NVTX range named after its case; every operation runs twice first, so packing, compression
-and autotuning stay out of the window.
+The layer_norm cases profile the feature-major residual add + LayerNorm at BERT-base's 16 x 256 and 1 x 256
+tokens beside torch's add and LayerNorm on row-major activations. Each call sits in an NVTX range named after its
+case; every operation runs twice first, so packing, compression and autotuning stay out of the window.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ and sdpa (`attention_reference`).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -105,12 +106,22 @@ def _kernel_bias(mask: torch.Tensor | None, batch: int, heads: int, seq: int) ->
     return bias if bias.stride(-1) == 1 else bias.contiguous()
 
 
-def _block_m(programs_per_block: int, seq: int, sms: int) -> int:
+@dataclass(frozen=True)
+class KernelConfig:
+    """Triton launch shape: query and key rows per block, warps, pipeline stages."""
+
+    block_m: int
+    block_n: int = 64
+    warps: int = 4
+    stages: int = 2
+
+
+def kernel_config(sequences_x_heads: int, seq: int, sms: int) -> KernelConfig:
     """The tallest query block that still gives every SM a program (short sequences, one of them)."""
     for block in (128, 64):
-        if programs_per_block * triton.cdiv(seq, block) >= sms:
-            return block
-    return 32
+        if sequences_x_heads * triton.cdiv(seq, block) >= sms:
+            return KernelConfig(block, warps=8 if block == 128 else 4)
+    return KernelConfig(32)
 
 
 def kernel_unsupported(qkv_t: torch.Tensor, heads: int) -> str | None:
@@ -131,20 +142,27 @@ def kernel_unsupported(qkv_t: torch.Tensor, heads: int) -> str | None:
 def attention_op(qkv_t: torch.Tensor, mask: torch.Tensor | None, batch: int, heads: int, scale: float) -> torch.Tensor:
     """Softmax attention of the (3H, T) stacked Q, K, V of `batch` sequences of T / batch tokens, `heads` heads, an
     optional 4-D sdpa mask (bool keep, or additive); the (H, T) context."""
-    hidden, tokens = qkv_t.shape[0] // 3, qkv_t.shape[1]
-    seq = tokens // batch
+    seq = qkv_t.shape[1] // batch
     bias = _kernel_bias(mask, batch, heads, seq)
     if kernel_unsupported(qkv_t, heads) is not None or (mask is not None and bias is None):
         return attention_reference(qkv_t, mask, batch, heads, scale)
-    out = qkv_t.new_empty((hidden, tokens))
     sms = torch.cuda.get_device_properties(qkv_t.device).multi_processor_count
-    block_m = _block_m(batch * heads, seq, sms)
+    return launch(qkv_t, bias, batch, heads, scale, kernel_config(batch * heads, seq, sms))
+
+
+def launch(
+    qkv_t: torch.Tensor, bias: torch.Tensor | None, batch: int, heads: int, scale: float, config: KernelConfig
+) -> torch.Tensor:
+    """The Triton kernel on a supported call (kernel_unsupported None; bias from _kernel_bias) in `config`."""
+    hidden, tokens = qkv_t.shape[0] // 3, qkv_t.shape[1]
+    seq = tokens // batch
+    out = qkv_t.new_empty((hidden, tokens))
     strides = [0, 0, 0] if bias is None else [bias.stride(d) if bias.shape[d] > 1 else 0 for d in range(3)]
-    grid = (triton.cdiv(seq, block_m), batch * heads)
+    grid = (triton.cdiv(seq, config.block_m), batch * heads)
     _attention_kernel[grid](
         qkv_t, out, bias if bias is not None else qkv_t, tokens, seq, heads, scale * LOG2E, *strides,
-        HAS_BIAS=bias is not None, HEAD=hidden // heads, BLOCK_M=block_m, BLOCK_N=64,
-        num_warps=8 if block_m == 128 else 4, num_stages=2,
+        HAS_BIAS=bias is not None, HEAD=hidden // heads, BLOCK_M=config.block_m, BLOCK_N=config.block_n,
+        num_warps=config.warps, num_stages=config.stages,
     )  # fmt: skip
     return out
 
