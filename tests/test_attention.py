@@ -77,8 +77,20 @@ def test_kernel_matches_fp64_attention(
         "bool": padding_keep(batch, seq, "cuda"),
         "additive": (torch.randn(batch, 1, seq, seq, generator=gen, device="cuda") * 2).to(dtype),
     }[mask_kind]
-    got = attention_op(qkv_t, mask, batch, heads, head**-0.5)
     expected = attention_fp64(qkv_t, additive_mask(mask), batch, heads, head**-0.5)
-    assert got.dtype == dtype
     tolerance = 2e-2 if dtype == torch.bfloat16 else 4e-3
-    torch.testing.assert_close(got.double(), expected, rtol=tolerance, atol=tolerance)
+    bias = attention._kernel_bias(mask, batch, heads, seq)
+    configs = [attention.KernelConfig(32), attention.KernelConfig(64), attention.KernelConfig(128, 64, 8, 3)]
+    for got in [attention_op(qkv_t, mask, batch, heads, head**-0.5)] + [
+        attention.launch(qkv_t, bias, batch, heads, head**-0.5, config) for config in configs
+    ]:
+        assert got.dtype == dtype
+        torch.testing.assert_close(got.double(), expected, rtol=tolerance, atol=tolerance)
+
+
+def test_kernel_config_leaves_full_grids_to_sdpa_and_spreads_one_sequence() -> None:
+    if attention.triton is None:
+        pytest.skip("needs Triton")
+    assert attention.kernel_config(16 * 12, 256, 132) is None
+    assert attention.kernel_config(12, 256, 132) == attention.KernelConfig(32)
+    assert attention.kernel_config(12, 1024, 132) == attention.KernelConfig(64)
