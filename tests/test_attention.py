@@ -80,7 +80,7 @@ def test_kernel_matches_fp64_attention(
     expected = attention_fp64(qkv_t, additive_mask(mask), batch, heads, head**-0.5)
     tolerance = 2e-2 if dtype == torch.bfloat16 else 4e-3
     bias = attention._kernel_bias(mask, batch, heads, seq)
-    configs = [attention.KernelConfig(32), attention.KernelConfig(64), attention.KernelConfig(128, 64, 8, 3)]
+    configs = [attention.KernelConfig(32), attention.KernelConfig(128, 128, 8, 2)]
     for got in [attention_op(qkv_t, mask, batch, heads, head**-0.5)] + [
         attention.launch(qkv_t, bias, batch, heads, head**-0.5, config) for config in configs
     ]:
@@ -88,9 +88,8 @@ def test_kernel_matches_fp64_attention(
         torch.testing.assert_close(got.double(), expected, rtol=tolerance, atol=tolerance)
 
 
-def test_kernel_config_leaves_full_grids_to_sdpa_and_spreads_one_sequence() -> None:
+def test_kernel_config_takes_shorter_query_blocks_where_tall_ones_leave_sms_idle() -> None:
     if attention.triton is None:
         pytest.skip("needs Triton")
-    assert attention.kernel_config(16 * 12, 256, 132) is None
-    assert attention.kernel_config(12, 256, 132) == attention.KernelConfig(32)
-    assert attention.kernel_config(12, 1024, 132) == attention.KernelConfig(64)
+    assert attention.kernel_config(16 * 12, 256, 132) == attention.KernelConfig(128, 64, 4, 3)
+    assert attention.kernel_config(12, 256, 132) == attention.KernelConfig(64, 128, 4, 3)

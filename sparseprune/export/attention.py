@@ -5,10 +5,8 @@ transpose of QKV in and of the context out of every layer: on an H200, BERT-base
 its 2.05 ms in those copies (bench/results/e2e_h200_bert.md). The flash-attention kernel here loads Q and V tiles
 token-contiguous, and Kᵀ tiles as they lie (the (head, tokens) block of the stream is Kᵀ already), so the only
 traffic is the one attention itself needs. `sparseprune::attention_feature_major` runs it for fp16/bf16 CUDA inputs
-when Triton is importable, the head size is a power of two from 16 to 128 and the call is too small to fill the GPU
-with 128-query blocks (one sequence: there it beats the transposes, which cost more than the attention; with a full
-grid cuDNN's kernel wins by more than they cost, see kernel_config); elsewhere it runs the transposes and sdpa
-(`attention_reference`).
+when Triton is importable and the head size is a power of two from 16 to 128; elsewhere it runs the transposes and
+sdpa (`attention_reference`).
 """
 
 from __future__ import annotations
@@ -118,17 +116,13 @@ class KernelConfig:
     stages: int = 2
 
 
-def kernel_config(sequences_x_heads: int, seq: int, sms: int) -> KernelConfig | None:
-    """The launch shape for a call, or None where transposes + sdpa are faster: with a full grid of 128-query
-    blocks cuDNN's kernel ran twice as fast as this one (H200, BERT-base at 16 x 256 tokens: 43.7 us against 21.0
-    plus 14.5 of transposes per layer), with few (one sequence) this one wins (10.8 against 9.5 + 4.6;
-    bench/results/e2e_h200_bert.md). Below a full grid, the tallest query block that still gives every SM a
-    program."""
+def kernel_config(sequences_x_heads: int, seq: int, sms: int) -> KernelConfig:
+    """The launch shape for a call, from bench/results/attention_h200_configs.md (H200, BERT-base, 12 shapes
+    timed): 128-query blocks over 64-key steps where they fill the GPU (16 x 256 tokens: 27.8 us against 41.0 for
+    transposes + sdpa), else 64-query blocks over 128-key steps, twice the programs (1 x 256: 6.6 against 17.0)."""
     if sequences_x_heads * triton.cdiv(seq, 128) >= sms:
-        return None
-    if sequences_x_heads * triton.cdiv(seq, 64) >= sms:
-        return KernelConfig(64)
-    return KernelConfig(32)
+        return KernelConfig(128, 64, 4, 3)
+    return KernelConfig(64, 128, 4, 3)
 
 
 def kernel_unsupported(qkv_t: torch.Tensor, heads: int) -> str | None:
@@ -154,10 +148,7 @@ def attention_op(qkv_t: torch.Tensor, mask: torch.Tensor | None, batch: int, hea
     if kernel_unsupported(qkv_t, heads) is not None or (mask is not None and bias is None):
         return attention_reference(qkv_t, mask, batch, heads, scale)
     sms = torch.cuda.get_device_properties(qkv_t.device).multi_processor_count
-    config = kernel_config(batch * heads, seq, sms)
-    if config is None:
-        return attention_reference(qkv_t, mask, batch, heads, scale)
-    return launch(qkv_t, bias, batch, heads, scale, config)
+    return launch(qkv_t, bias, batch, heads, scale, kernel_config(batch * heads, seq, sms))
 
 
 def launch(

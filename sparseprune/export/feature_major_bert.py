@@ -10,10 +10,9 @@ filled a fraction of the GPU. Here the residual stream is one contiguous (H, T) 
 - residual add and LayerNorm are one kernel over dim 0 of that layout (`sparseprune::add_layer_norm_feature_major`:
   one pass over memory where torch and inductor take two), and GELU runs in FFN in's TW epilogue (H200, BERT-base
   at 16 x 256 tokens, compiled: 70 us less than inductor's GELU pass after the GEMM);
-- attention takes the stacked (3H, T) projection and returns its (H, T) context
-  (`sparseprune::attention_feature_major`, sparseprune/export/attention.py): for one sequence a kernel reading that
-  layout, for a batch a transpose in and one out around sdpa's fused kernel (faster there by more than the copies
-  cost), two copies of the activations where the swapped twin made ten.
+- attention reads Q, K and V from the stacked (3H, T) projection and writes its context (H, T) in the stream's
+  layout (`sparseprune::attention_feature_major`, sparseprune/export/attention.py): no layout change at all, where
+  the swapped twin made ten copies of the activations per layer.
 Under torch.compile the torch code between the custom ops fuses (GELU after a layer kept dense, the embeddings);
 eager, each is a torch kernel or two. Inference only: dropout is left out.
 """
