@@ -122,12 +122,12 @@ def breakdown(fn: Any) -> tuple[dict[str, float], dict[str, float], str]:
     return dict(sorted(totals.items(), key=lambda item: -item[1])), top, source
 
 
-def padding_mask(batch: int, seq: int) -> torch.Tensor:
+def padding_mask(batch: int, seq: int, device: torch.device | str = "cuda") -> torch.Tensor:
     """The 4-D mask (batch, 1, 1, seq) of sequences where sequence i keeps seq - (1 + i % 4) * seq / 16 tokens, as
     TextClassifier.predict_batch hands it to BertModel (built inside from a 2-D mask, it costs a host sync that no
     CUDA graph captures)."""
-    lengths = torch.tensor([seq - (1 + i % 4) * seq // 16 for i in range(batch)], device="cuda")
-    return (torch.arange(seq, device="cuda")[None, :] < lengths[:, None])[:, None, None, :]
+    lengths = torch.tensor([seq - (1 + i % 4) * seq // 16 for i in range(batch)], device=device)
+    return (torch.arange(seq, device=device)[None, :] < lengths[:, None])[:, None, None, :]
 
 
 def forward(net: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -184,7 +184,7 @@ def standalone_calls(stream: torch.nn.Module, masked: torch.nn.Module, batch: in
     heads, head = layer.heads, layer.head_size
     qkv_t = fresh(3 * heads * head, tokens)
     q, k, v = qkv_t.t().contiguous().view(batch, seq, 3, heads, head).permute(2, 0, 3, 1, 4).unbind(0)
-    keep = additive_mask(padding_mask(batch, seq).to(like.device), like.dtype)
+    keep = additive_mask(padding_mask(batch, seq, like.device), like.dtype)
     attention_op = torch.ops.sparseprune.attention_feature_major
     calls["attention|0|sparse"] = lambda: attention_op(qkv_t, keep, batch, heads, layer.scaling)
     calls["attention|0|dense"] = lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=keep, scale=layer.scaling)

@@ -30,13 +30,19 @@ def twins() -> tuple[torch.nn.Module, torch.nn.Module]:
 
 def test_standalone_calls_compute_what_the_dense_calls_compute(twins: tuple[torch.nn.Module, ...]) -> None:
     stream, masked = twins
-    calls = e2e.standalone_calls(stream, masked, tokens=24)
-    assert len(calls) == 2 * (2 * 4 + 1)
+    calls = e2e.standalone_calls(stream, masked, batch=2, seq=12)
+    assert len(calls) == 2 * (2 * 4 + 2)
     with torch.inference_mode():
         for key in [k for k in calls if k.endswith("|sparse")]:
             sparse, dense = calls[key](), calls[key.replace("|sparse", "|dense")]()
             if "LayerNorm" in key:
                 torch.testing.assert_close(sparse, dense.t(), rtol=1e-5, atol=1e-5)
+                continue
+            if key.startswith("attention|"):
+                # sdpa's (batch, heads, seq, head) context, as the (hidden, tokens) rows the stream carries
+                batch, heads, seq, head = dense.shape
+                expected = dense.permute(1, 3, 0, 2).reshape(heads * head, batch * seq)
+                torch.testing.assert_close(sparse, expected, rtol=1e-5, atol=1e-5)
                 continue
             # the same x reaches both: the fused projection's rows are the dense calls' outputs, stacked
             expected = torch.cat([y.t() for y in dense])
