@@ -7,8 +7,8 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from sparseprune.cli import exit_on_user_error
-from sparseprune.console import quiet_console
+from sparseprune.app.cli import exit_on_user_error
+from sparseprune.app.console import quiet_console
 from sparseprune.timing_notes import busy_machine_warning
 
 log = logging.getLogger("sparseprune.export")

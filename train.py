@@ -5,10 +5,10 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from sparseprune.choices import exit_on_unknown_choice
-from sparseprune.cli import exit_on_user_error
-from sparseprune.console import quiet_console
-from sparseprune.run_cleanup import discard_run_dir_on_failure
+from sparseprune.app.choices import exit_on_unknown_choice
+from sparseprune.app.cli import exit_on_user_error
+from sparseprune.app.console import quiet_console
+from sparseprune.app.run_cleanup import discard_run_dir_on_failure
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
@@ -16,7 +16,7 @@ from sparseprune.run_cleanup import discard_run_dir_on_failure
 @exit_on_user_error
 def main(cfg: DictConfig) -> None:
     quiet_console()
-    from sparseprune.training import train  # heavy imports after Hydra has parsed the command line
+    from sparseprune.app.training import train  # heavy imports after Hydra has parsed the command line
 
     train(cfg)
 

@@ -22,7 +22,7 @@ from bench.nm_bench import random_nm_mask
 from sparseprune.export.formats.nm import pack_nm
 from sparseprune.export.formats.tw import pack_tw
 from sparseprune.export.sparse_modules import SparseConv2d, im2col
-from sparseprune.patterns import build_pattern, keep_mask
+from sparseprune.pruning.patterns import build_pattern, keep_mask
 
 LAYERS = {"64x224": (64, 224), "128x112": (128, 112), "256x56": (256, 56), "512x28": (512, 28), "512x14": (512, 14)}
 WEIGHTS = {"tw-0.75": ("tw", 0.75), "tw-0.9": ("tw", 0.9), "nm-2:8-v128": ((2, 8, 128), 0.75)}

@@ -46,7 +46,7 @@ from sparseprune.export.attention import additive_mask
 from sparseprune.export.feature_major_bert import with_feature_major_encoders
 from sparseprune.export.swap import sparsify
 from sparseprune.export.timing import capture_graph
-from sparseprune.gemm_view import find_prunable
+from sparseprune.pruning.gemm_view import find_prunable
 
 log = logging.getLogger("e2e_bench")
 

@@ -36,10 +36,10 @@ from sparseprune.export.layer_choice import fastest_choice, time_layers
 from sparseprune.export.packing import pack_layer
 from sparseprune.export.sparse_modules import SparseLinear
 from sparseprune.export.swap import sparsify, swapped_modules
-from sparseprune.gemm_view import PrunableWeight, find_prunable, from_gemm, to_gemm
 from sparseprune.models.vgg import build_vgg16, vgg16_dense_layers
-from sparseprune.patterns import build_pattern, keep_mask
-from sparseprune.patterns.base import Pattern
+from sparseprune.pruning.gemm_view import PrunableWeight, find_prunable, from_gemm, to_gemm
+from sparseprune.pruning.patterns import build_pattern, keep_mask
+from sparseprune.pruning.patterns.base import Pattern
 
 log = logging.getLogger("model_bench")
 

@@ -18,8 +18,8 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from sparseprune.cli import exit_on_user_error
-from sparseprune.console import quiet_console
+from sparseprune.app.cli import exit_on_user_error
+from sparseprune.app.console import quiet_console
 from sparseprune.errors import UserError
 from sparseprune.files import write_text
 
@@ -70,11 +70,11 @@ def calibrate(cfg: DictConfig) -> Path:
     from sparseprune.batches import to_dtype, transfer_batch
     from sparseprune.export.layer_choice import as_consumed, first_inputs
     from sparseprune.export.timing import time_calls
-    from sparseprune.gemm_view import find_prunable, to_gemm
     from sparseprune.latency.geometry import record_geometry
     from sparseprune.latency.table import LatencyTable, LayerTimes, current_gpu, kernel_build, table_name
-    from sparseprune.patterns.base import pattern_from_config
     from sparseprune.progress import progress
+    from sparseprune.pruning.gemm_view import find_prunable, to_gemm
+    from sparseprune.pruning.patterns.base import pattern_from_config
 
     torch.manual_seed(cfg.seed)
     device, dtype = torch.device("cuda"), torch.float16

@@ -17,11 +17,9 @@ from typing import Any
 import torch
 from safetensors.torch import load_file
 
+from sparseprune.app.cli import exit_on_user_error
 from sparseprune.checkpoints import PRUNING_STATE_KEY, load_checkpoint
-from sparseprune.cli import exit_on_user_error
 from sparseprune.errors import UserError
-from sparseprune.masking import MASK_FILE
-from sparseprune.patterns import keep_mask
 from sparseprune.plots import (
     accuracy_vs_sparsity_figure,
     layer_sparsity_figure,
@@ -29,6 +27,8 @@ from sparseprune.plots import (
     save_figure,
     speedup_vs_accuracy_figure,
 )
+from sparseprune.pruning.masking import MASK_FILE
+from sparseprune.pruning.patterns import keep_mask
 from sparseprune.timing_notes import timing_warnings
 
 log = logging.getLogger(__name__)

@@ -34,7 +34,7 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.errors import HydraException, InstantiationException
 from hydra.utils import instantiate
 
-from sparseprune.cli import exit_on_user_error, user_error_in
+from sparseprune.app.cli import exit_on_user_error, user_error_in
 from sparseprune.config_types import check_train_config
 from sparseprune.errors import UserError
 from sparseprune.files import writable_dir

@@ -7,7 +7,7 @@ from pathlib import Path
 import lightning as L
 import torch
 
-from sparseprune.callbacks import StagedPruning
+from sparseprune.app.callbacks import StagedPruning
 
 
 class SaveRankMasks(L.Callback):

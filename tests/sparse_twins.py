@@ -14,10 +14,10 @@ from bench.model_bench import prune_in_place
 from sparseprune.export.feature_major_bert import with_feature_major_encoders
 from sparseprune.export.fold import fold_batch_norms
 from sparseprune.export.swap import sparsify
-from sparseprune.gemm_view import PrunableWeight, find_prunable
 from sparseprune.models.lstm_nmt import DENSE_BY_DEFAULT
 from sparseprune.models.seq2seq import Seq2Seq
 from sparseprune.models.vgg import build_vgg16, vgg16_dense_layers
+from sparseprune.pruning.gemm_view import PrunableWeight, find_prunable
 
 # Patterns by the op their layers reach on a CPU: TW and TEW the TW op, N:M (element-wise, 2:4, vector-wise) the N:M
 # op's reference. Vectors fit every tiny model's N (VGG16 at width 1/4 has 16 channels).

@@ -21,11 +21,11 @@ from test_text_e2e import QUIET, STAGED, tiny_bert_overrides, tiny_nmt_overrides
 from text_fixtures import make_tiny_bert
 
 import sparseprune
+from sparseprune.app.training import train
 from sparseprune.errors import UserError
 from sparseprune.export.artifact import FORMAT_VERSION, MANIFEST_FILE, TENSORS_FILE
 from sparseprune.export.pipeline import build_twin, export, rebuild
 from sparseprune.files import TEMP_SUFFIX
-from sparseprune.training import train
 
 ROOT = Path(__file__).resolve().parents[1]
 VGG_RUN = ["schedule.dense_epochs=0", "schedule.stages=1", "trainer.limit_train_batches=2",
@@ -40,7 +40,7 @@ net = sparseprune.load_packed(directory)
 inputs = torch.load(inputs_path)
 with torch.inference_mode():
     out = net(*inputs["args"], **inputs["kwargs"])
-modules = ("lightning", "hydra", "sparseprune.training", "sparseprune.models.base")
+modules = ("lightning", "hydra", "sparseprune.app.training", "sparseprune.models.base")
 training = sorted(m for m in modules if m in sys.modules)
 torch.save({"output": getattr(out, "logits", out), "training": training, "is_training": net.training}, outputs_path)
 """

@@ -11,9 +11,9 @@ import torch
 from text_fixtures import make_tiny_bert
 
 from sparseprune.errors import UserError
-from sparseprune.gemm_view import find_prunable
 from sparseprune.models.bert import TextClassifier
 from sparseprune.pretrained import load_tokenizer
+from sparseprune.pruning.gemm_view import find_prunable
 
 LAYER_GEMMS = [
     "attention.self.query",

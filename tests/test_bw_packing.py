@@ -10,7 +10,7 @@ from sparseprune.errors import UserError
 from sparseprune.export.formats.bsr import PackedBSR
 from sparseprune.export.formats.tw import PackedTW
 from sparseprune.export.packing import pack_layer
-from sparseprune.patterns import build_pattern, keep_mask
+from sparseprune.pruning.patterns import build_pattern, keep_mask
 
 
 def bw_layer(shape: tuple[int, int], block_k: int, block_n: int, sparsity: float, seed: int):

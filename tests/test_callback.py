@@ -11,11 +11,11 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from sparseprune.callbacks import StagedPruning
+from sparseprune.app.callbacks import StagedPruning
 from sparseprune.errors import UserError
-from sparseprune.gemm_view import to_gemm
 from sparseprune.models.base import PrunableTask
-from sparseprune.patterns import keep_mask
+from sparseprune.pruning.gemm_view import to_gemm
+from sparseprune.pruning.patterns import keep_mask
 
 
 class TinyTask(PrunableTask):
@@ -148,7 +148,7 @@ def test_nm_target_must_match_its_sparsity() -> None:
 
 
 def test_resume_takes_a_pattern_option_added_since_as_its_default() -> None:
-    from sparseprune.callbacks import check_same_settings
+    from sparseprune.app.callbacks import check_same_settings
 
     saved = {"pattern": {"name": "nm", "n": 2, "m": 4, "vector": 1}}  # written before `block` existed
     check_same_settings(saved, {"pattern": {"name": "nm", "n": 2, "m": 4, "vector": 1, "block": 1}}, "old.ckpt")

@@ -16,7 +16,7 @@ from sparseprune.export.formats.tw import pack_tw, stored_feature_major, tw_matm
 from sparseprune.export.layer_choice import LayerTiming, fastest_choice, first_inputs
 from sparseprune.export.sparse_modules import SparseLinear
 from sparseprune.export.swap import sparsify, swapped_modules, with_dense_layers
-from sparseprune.gemm_view import find_prunable
+from sparseprune.pruning.gemm_view import find_prunable
 
 TW = {"name": "tw", "granularity": 32}
 

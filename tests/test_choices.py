@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sparseprune.choices import unknown_choice
+from sparseprune.app.choices import unknown_choice
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"

@@ -20,7 +20,7 @@ from hydra_runs import PATTERN_OVERRIDES, TINY_VGG, compose_config
 from omegaconf import OmegaConf
 from omegaconf.basecontainer import BaseContainer
 
-from sparseprune.training import train
+from sparseprune.app.training import train
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["model.width_multiplier=0.25", "logger=none", "trainer=debug", "data.train_subset=64"]

@@ -14,7 +14,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from text_fixtures import make_tiny_bert
 from torch.utils.data import DataLoader
 
-from sparseprune.callbacks import StagedPruning
+from sparseprune.app.callbacks import StagedPruning
 from sparseprune.distill import TEACHER_KEY, DistillConfig, Teacher, hidden_state_loss, soft_target_loss
 from sparseprune.errors import UserError
 from sparseprune.models.bert import TextClassifier

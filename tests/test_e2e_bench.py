@@ -13,7 +13,7 @@ from bench.common import Timing
 from bench.model_bench import prune_in_place
 from sparseprune.export.feature_major_bert import with_feature_major_encoders
 from sparseprune.export.swap import sparsify
-from sparseprune.gemm_view import find_prunable
+from sparseprune.pruning.gemm_view import find_prunable
 
 
 @pytest.fixture(scope="module")

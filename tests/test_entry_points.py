@@ -17,9 +17,9 @@ from hydra_runs import CONF_DIR
 from rich.console import Console
 
 from export import export_log_file
-from sparseprune.console import PIPED_COLUMNS, quiet_console
+from sparseprune.app.console import PIPED_COLUMNS, quiet_console
+from sparseprune.app.run_cleanup import holds_only_hydra_files
 from sparseprune.loggers import QuietWandbLogger
-from sparseprune.run_cleanup import holds_only_hydra_files
 
 ROOT = Path(__file__).resolve().parents[1]
 LISTED_IN_FULL = ("model", "data", "pattern", "schedule", "importance", "trainer", "logger")

@@ -12,13 +12,13 @@ import torch.nn.functional as F
 from hydra_runs import PATTERN_OVERRIDES, TINY_VGG, compose_config
 from safetensors.torch import load_file
 
+from sparseprune.app.training import train
 from sparseprune.errors import UserError
 from sparseprune.export.packing import pack_layer, packed_from_tensors
 from sparseprune.export.pipeline import against_best_dense, export, pack_model, predicted_speedup
 from sparseprune.export.sparse_modules import SparseConv2d, StorageOrderMaxPool2d, im2col
-from sparseprune.gemm_view import find_prunable
-from sparseprune.patterns import build_pattern, keep_mask
-from sparseprune.training import train
+from sparseprune.pruning.gemm_view import find_prunable
+from sparseprune.pruning.patterns import build_pattern, keep_mask
 
 PATTERN_CONFIGS = {
     "ew": {"name": "ew"},

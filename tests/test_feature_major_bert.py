@@ -23,7 +23,7 @@ from sparseprune.export.feature_major_bert import (
 from sparseprune.export.formats.tw import concat_tw, pack_tw, unpack_tw
 from sparseprune.export.ops import add_layer_norm_reference
 from sparseprune.export.swap import sparsify, with_dense_layers
-from sparseprune.gemm_view import find_prunable
+from sparseprune.pruning.gemm_view import find_prunable
 from tests.random_masks import random_tw_mask
 
 PATTERNS = {

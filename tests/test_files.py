@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
+from sparseprune.app.run_dirs import ClaimRunDir, claim_new_dir
 from sparseprune.files import atomic_write, replaced_on_success, write_text
-from sparseprune.run_dirs import ClaimRunDir, claim_new_dir
 
 
 def test_a_failed_write_keeps_the_old_file_and_no_temporary(tmp_path: Path) -> None:

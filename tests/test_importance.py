@@ -7,8 +7,8 @@ import torch
 from torch import nn
 
 from sparseprune.errors import UserError
-from sparseprune.gemm_view import find_prunable, from_gemm, to_gemm
-from sparseprune.importance import magnitude_scores, reduce_scores, taylor_scores
+from sparseprune.pruning.gemm_view import find_prunable, from_gemm, to_gemm
+from sparseprune.pruning.importance import magnitude_scores, reduce_scores, taylor_scores
 
 
 def tiny_model() -> nn.Module:

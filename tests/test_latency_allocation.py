@@ -9,8 +9,8 @@ from latency_fixtures import linear_model
 
 from sparseprune.errors import UserError
 from sparseprune.latency.allocation import LatencyAllocator, best_case, check_allocation
-from sparseprune.patterns import build_pattern
-from sparseprune.ranking import Scope
+from sparseprune.pruning.patterns import build_pattern
+from sparseprune.pruning.ranking import Scope
 
 # Layer a holds the least important weights but pruning it saves 1 us per unit of density; b saves 100.
 SCORES = {"a": torch.tensor([[1.0, 2.0], [3.0, 4.0]]), "b": torch.tensor([[5.0, 6.0], [7.0, 8.0]])}

@@ -13,13 +13,13 @@ from hydra.utils import instantiate
 from hydra_runs import PATTERN_OVERRIDES, TINY_VGG, compose_config
 from omegaconf import DictConfig
 
-from sparseprune.callbacks import StagedPruning, check_same_settings
+from sparseprune.app.callbacks import StagedPruning, check_same_settings
+from sparseprune.app.training import train
 from sparseprune.errors import UserError
-from sparseprune.gemm_view import find_prunable
 from sparseprune.latency.geometry import record_geometry
 from sparseprune.latency.table import LatencyTable, LayerTimes, kernel_build
-from sparseprune.schedule import Schedule
-from sparseprune.training import train
+from sparseprune.pruning.gemm_view import find_prunable
+from sparseprune.pruning.schedule import Schedule
 
 ROOT = Path(__file__).resolve().parents[1]
 LATENCY = ["callbacks.staged_pruning.allocation=latency"]
@@ -130,7 +130,7 @@ def test_calibration_on_a_cpu_is_one_error_line(tmp_path: Path) -> None:
 def test_stage_table_shows_predictions_of_latency_aware_runs_only() -> None:
     from rich.console import Console
 
-    from sparseprune.training import _stage_table
+    from sparseprune.app.training import _stage_table
 
     def rendered(rows: list[dict]) -> str:
         console = Console(record=True, width=200)

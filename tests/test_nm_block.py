@@ -9,7 +9,7 @@ import torch
 from sparseprune.errors import UserError
 from sparseprune.export.formats.tw import PackedTW
 from sparseprune.export.packing import pack_layer
-from sparseprune.patterns import build_pattern, keep_mask
+from sparseprune.pruning.patterns import build_pattern, keep_mask
 
 
 def test_each_block_column_keeps_its_best_blocks() -> None:

@@ -14,8 +14,8 @@ from sparseprune.data.bible import BibleDataModule, read_verses, tokenize
 from sparseprune.data.parallel import ParallelTextDataModule
 from sparseprune.data.vocab import Vocab
 from sparseprune.errors import UserError
-from sparseprune.gemm_view import find_prunable
 from sparseprune.models.lstm_nmt import TranslationTask
+from sparseprune.pruning.gemm_view import find_prunable
 
 
 @pytest.fixture(autouse=True)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sparseprune.apriori import apriori_tune
 from sparseprune.errors import UserError
-from sparseprune.patterns import KEPT, RESIDUAL, build_pattern, keep_mask
-from sparseprune.ranking import Scope, Units, prune_by_scope
+from sparseprune.pruning.apriori import apriori_tune
+from sparseprune.pruning.patterns import KEPT, RESIDUAL, build_pattern, keep_mask
+from sparseprune.pruning.ranking import Scope, Units, prune_by_scope
 
 
 def codes_of(name: str, scores: dict[str, torch.Tensor], sparsity: float, scope: str = "global", **options):

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from sparseprune.errors import UserError
-from sparseprune.masking import MASK_FILE, save_largest_mask
-from sparseprune.patterns import build_pattern
+from sparseprune.pruning.masking import MASK_FILE, save_largest_mask
+from sparseprune.pruning.patterns import build_pattern
 from sparseprune.report import build_report, main
 from sparseprune.timing_notes import busy_machine_warning
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sparseprune.errors import UserError
-from sparseprune.schedule import Schedule
+from sparseprune.pruning.schedule import Schedule
 
 
 def test_linear_and_cubic_targets() -> None:

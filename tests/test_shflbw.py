@@ -9,9 +9,9 @@ import torch
 from sparseprune.errors import UserError
 from sparseprune.export.formats.tw import PackedTW
 from sparseprune.export.packing import pack_layer
-from sparseprune.patterns import build_pattern, keep_mask
-from sparseprune.patterns.column_groups import balanced_assign, group_columns
-from sparseprune.ranking import Scope
+from sparseprune.pruning.patterns import build_pattern, keep_mask
+from sparseprune.pruning.patterns.column_groups import balanced_assign, group_columns
+from sparseprune.pruning.ranking import Scope
 
 # Columns 0 and 2 matter on rows 0 and 2, columns 1 and 3 on rows 1 and 3: adjacent pairs share no important row.
 INTERLEAVED = torch.tensor([[9.0, 1, 8, 2], [1, 9, 2, 8], [9, 1, 8, 2], [1, 9, 2, 8]])

@@ -10,9 +10,9 @@ import torch
 from hydra_runs import compose_config
 from text_fixtures import make_tiny_bert, write_parallel_corpus, write_tweets_csv
 
+from sparseprune.app.training import train
 from sparseprune.distill import TEACHER_KEY
 from sparseprune.export.pipeline import export
-from sparseprune.training import train
 
 QUIET = [
     "logger=none",

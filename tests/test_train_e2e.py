@@ -13,7 +13,7 @@ import torch
 from hydra_runs import PATTERN_OVERRIDES, TINY_VGG, compose_config
 from safetensors.torch import load_file
 
-from sparseprune.training import train
+from sparseprune.app.training import train
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -10,9 +10,9 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from sparseprune.errors import UserError
-from sparseprune.gemm_view import find_prunable
 from sparseprune.models.image_classifier import ImageClassifier
 from sparseprune.models.vgg import build_vgg16, resolve_variant, scaled_channels, vgg16_dense_layers
+from sparseprune.pruning.gemm_view import find_prunable
 
 
 def _shapes(model: nn.Module) -> dict[str, tuple[int, ...]]:

@@ -12,11 +12,11 @@ import yaml
 from hydra_runs import PATTERN_OVERRIDES, TINY_VGG, compose_config
 from text_fixtures import make_tiny_bert, write_parallel_corpus, write_tweets_csv
 
+from sparseprune.app.training import train
 from sparseprune.errors import UserError
 from sparseprune.export.pipeline import export
 from sparseprune.loggers import QuietWandbLogger, wandb_run_id
 from sparseprune.sweeps import CONF_DIR, ONLINE, LocalRun, check_sweep, load_sweep, run_locally
-from sparseprune.training import train
 
 SWEEPS = sorted((CONF_DIR / "sweep").glob("*.yaml"))
 

@@ -31,7 +31,7 @@ from sparseprune.export.formats.base import PackedWeight
 from sparseprune.export.packing import packed_from_tensors
 from sparseprune.export.swap import sparsify
 from sparseprune.files import atomic_write, write_text
-from sparseprune.gemm_view import find_prunable
+from sparseprune.pruning.gemm_view import find_prunable
 
 FORMAT_VERSION = 1
 TENSORS_FILE = "packed.safetensors"

@@ -13,7 +13,7 @@ from sparseprune.export.formats.bsr import PackedBSR, kept_blocks, pack_bsr
 from sparseprune.export.formats.csr import PackedCSR, pack_csr
 from sparseprune.export.formats.nm import PackedNM, pack_nm
 from sparseprune.export.formats.tw import GRANULARITIES, PackedTW, pack_tw
-from sparseprune.patterns import KEPT, RESIDUAL, keep_mask
+from sparseprune.pruning.patterns import KEPT, RESIDUAL, keep_mask
 
 FORMATS: dict[str, type] = {cls.format_name: cls for cls in (PackedTW, PackedNM, PackedCSR, PackedBSR)}
 

@@ -34,11 +34,11 @@ from sparseprune.export.timing import Timing, time_calls
 from sparseprune.export.translation import TranslationSettings, test_sentences, time_translation
 from sparseprune.export.wandb_log import log_export, training_wandb_run
 from sparseprune.files import replaced_on_success
-from sparseprune.gemm_view import PrunableWeight, find_prunable, to_gemm
-from sparseprune.masking import MaskedWeights, check_codes
 from sparseprune.models.lstm_nmt import TranslationTask
-from sparseprune.patterns.base import pattern_from_config
 from sparseprune.progress import progress
+from sparseprune.pruning.gemm_view import PrunableWeight, find_prunable, to_gemm
+from sparseprune.pruning.masking import MaskedWeights, check_codes
+from sparseprune.pruning.patterns.base import pattern_from_config
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from torch import nn
 from sparseprune.export.chains import chain_feed_forward, release_dense_consumers
 from sparseprune.export.formats.base import PackedWeight
 from sparseprune.export.sparse_modules import SparseConv2d, SparseLinear, StorageOrderMaxPool2d
-from sparseprune.gemm_view import PrunableWeight
+from sparseprune.pruning.gemm_view import PrunableWeight
 
 
 def _sparse_module(dense: nn.Module, packed: PackedWeight) -> nn.Module:

@@ -18,8 +18,8 @@ import torch
 
 from sparseprune.errors import UserError
 from sparseprune.latency.predictor import LatencyModel
-from sparseprune.patterns.base import KEPT, Pattern, keep_mask
-from sparseprune.ranking import Scope
+from sparseprune.pruning.patterns.base import KEPT, Pattern, keep_mask
+from sparseprune.pruning.ranking import Scope
 
 ALLOCATIONS = ("importance", "latency")
 RANKED_PATTERNS = ("tw", "tew", "vw", "bw")  # sparsity ranked across layers: latency-aware ranking applies

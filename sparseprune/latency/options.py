@@ -11,11 +11,11 @@ import lightning as L
 
 from sparseprune.config_types import check_dataclass
 from sparseprune.errors import UserError
-from sparseprune.gemm_view import PrunableWeight
 from sparseprune.latency.analytic import SPARSE_CALLS
 from sparseprune.latency.geometry import record_geometry
 from sparseprune.latency.predictor import LatencyModel, analytic_model, table_model
 from sparseprune.latency.table import current_gpu, kernel_build, read_table
+from sparseprune.pruning.gemm_view import PrunableWeight
 
 PREFIX = "callbacks.staged_pruning.latency."
 

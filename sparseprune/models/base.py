@@ -3,7 +3,7 @@
 The pruning callback never knows which model it prunes: it asks the module for a loss on a batch (for
 Taylor importance) and for the names of weights that stay dense (`prune_exclude`, fnmatch patterns on
 parameter names), and tells it once when pruning starts (`on_pruning_start`). Everything else is found
-generically in the GEMM view (`sparseprune.gemm_view`).
+generically in the GEMM view (`sparseprune.pruning.gemm_view`).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from sparseprune.config_types import check_dataclass
 from sparseprune.errors import UserError
-from sparseprune.ranking import check_sparsity
+from sparseprune.pruning.ranking import check_sparsity
 
 
 @dataclass(frozen=True)

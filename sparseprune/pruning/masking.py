@@ -9,8 +9,8 @@ import torch
 from safetensors.torch import save_file
 
 from sparseprune.errors import UserError
-from sparseprune.gemm_view import PrunableWeight, from_gemm
-from sparseprune.patterns import Pattern, keep_mask
+from sparseprune.pruning.gemm_view import PrunableWeight, from_gemm
+from sparseprune.pruning.patterns import Pattern, keep_mask
 
 
 class MaskedWeights:

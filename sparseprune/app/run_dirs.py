@@ -9,7 +9,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, read_write
 
-from sparseprune.cli import exit_with_error
+from sparseprune.app.cli import exit_with_error
 
 
 def claim_new_dir(path: Path) -> Path:

@@ -7,8 +7,8 @@ from collections.abc import Mapping
 
 import torch
 
-from sparseprune.patterns.base import Pattern
-from sparseprune.ranking import Scope, Units, prune_by_scope
+from sparseprune.pruning.patterns.base import Pattern
+from sparseprune.pruning.ranking import Scope, Units, prune_by_scope
 
 
 class UnitPattern(Pattern):

@@ -16,7 +16,7 @@ import torch
 
 from sparseprune.config_types import check_fields, constructor_hints
 from sparseprune.errors import UserError
-from sparseprune.ranking import Scope
+from sparseprune.pruning.ranking import Scope
 
 PRUNED, KEPT, RESIDUAL = 0, 1, 2
 TW_TILE_WIDTHS = (32, 64, 128)  # the tile widths the TW kernels take: patterns whose blocks run as TW tiles use them

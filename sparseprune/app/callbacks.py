@@ -1,6 +1,6 @@
 """The Lightning side of pruning: when to prune, keeping masks enforced, logging, checkpoint state.
 
-All pattern logic lives in `sparseprune.patterns`; this callback only drives it.
+All pattern logic lives in `sparseprune.pruning.patterns`; this callback only drives it.
 """
 
 from __future__ import annotations
@@ -18,17 +18,17 @@ from lightning.pytorch.loggers import WandbLogger
 from sparseprune.batches import transfer_batch
 from sparseprune.checkpoints import PRUNING_STATE_KEY
 from sparseprune.errors import UserError
-from sparseprune.gemm_view import PrunableWeight, find_prunable
-from sparseprune.importance import KINDS, magnitude_scores, reduce_scores, taylor_scores
 from sparseprune.latency.allocation import LatencyAllocator, best_case, check_allocation, unreachable_message
 from sparseprune.latency.geometry import preserved_random_state
 from sparseprune.latency.options import LatencyOptions, stage_prediction
 from sparseprune.latency.predictor import LatencyModel
-from sparseprune.masking import MaskedWeights, check_codes, layer_sparsity, overall_sparsity
-from sparseprune.patterns.base import pattern_defaults, pattern_from_config
 from sparseprune.plots import layer_sparsity_figure, save_figure
-from sparseprune.ranking import Scope
-from sparseprune.schedule import Schedule
+from sparseprune.pruning.gemm_view import PrunableWeight, find_prunable
+from sparseprune.pruning.importance import KINDS, magnitude_scores, reduce_scores, taylor_scores
+from sparseprune.pruning.masking import MaskedWeights, check_codes, layer_sparsity, overall_sparsity
+from sparseprune.pruning.patterns.base import pattern_defaults, pattern_from_config
+from sparseprune.pruning.ranking import Scope
+from sparseprune.pruning.schedule import Schedule
 
 log = logging.getLogger(__name__)
 

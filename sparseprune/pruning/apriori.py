@@ -11,7 +11,7 @@ from collections.abc import Mapping
 import torch
 
 from sparseprune.errors import UserError
-from sparseprune.ranking import Scope, Units, as_scope
+from sparseprune.pruning.ranking import Scope, Units, as_scope
 
 
 def _tune_columns(

@@ -14,10 +14,10 @@ from collections.abc import Mapping
 import torch
 
 from sparseprune.errors import UserError
-from sparseprune.patterns.base import TW_TILE_WIDTHS, Pattern, require_multiple, require_positive
-from sparseprune.patterns.column_groups import group_columns
-from sparseprune.patterns.tw import expand_tile_rows, tile_row_units
-from sparseprune.ranking import Scope, check_sparsity, prune_by_scope
+from sparseprune.pruning.patterns.base import TW_TILE_WIDTHS, Pattern, require_multiple, require_positive
+from sparseprune.pruning.patterns.column_groups import group_columns
+from sparseprune.pruning.patterns.tw import expand_tile_rows, tile_row_units
+from sparseprune.pruning.ranking import Scope, check_sparsity, prune_by_scope
 
 K_ALIGN = 8  # the TW kernels read rows of x in 16-byte runs
 

@@ -8,9 +8,9 @@ from collections.abc import Mapping
 import torch
 
 from sparseprune.errors import UserError
-from sparseprune.patterns.base import KEPT, PRUNED, RESIDUAL, Pattern
-from sparseprune.patterns.tw import TileWise
-from sparseprune.ranking import Scope, Units, check_sparsity, prune_by_scope
+from sparseprune.pruning.patterns.base import KEPT, PRUNED, RESIDUAL, Pattern
+from sparseprune.pruning.patterns.tw import TileWise
+from sparseprune.pruning.ranking import Scope, Units, check_sparsity, prune_by_scope
 
 
 class TileElementWise(Pattern):

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from sparseprune.errors import UserError
-from sparseprune.gemm_view import PrunableWeight, to_gemm
+from sparseprune.pruning.gemm_view import PrunableWeight, to_gemm
 
 KINDS = ("magnitude", "taylor")
 

@@ -13,9 +13,9 @@ from collections.abc import Mapping
 
 import torch
 
-from sparseprune.patterns.base import require_multiple, require_positive
-from sparseprune.patterns.unit_pattern import UnitPattern
-from sparseprune.ranking import Units
+from sparseprune.pruning.patterns.base import require_multiple, require_positive
+from sparseprune.pruning.patterns.unit_pattern import UnitPattern
+from sparseprune.pruning.ranking import Units
 
 
 class VectorWise(UnitPattern):

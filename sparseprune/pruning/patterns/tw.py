@@ -13,11 +13,11 @@ from collections.abc import Mapping
 
 import torch
 
-from sparseprune.apriori import apriori_tune
 from sparseprune.errors import UserError
-from sparseprune.patterns.base import Pattern, require_positive
-from sparseprune.patterns.ew import ElementWise
-from sparseprune.ranking import Scope, Units, check_sparsity, prune_by_scope
+from sparseprune.pruning.apriori import apriori_tune
+from sparseprune.pruning.patterns.base import Pattern, require_positive
+from sparseprune.pruning.patterns.ew import ElementWise
+from sparseprune.pruning.ranking import Scope, Units, check_sparsity, prune_by_scope
 
 
 def tile_columns(kept_columns: torch.Tensor, granularity: int) -> torch.Tensor:

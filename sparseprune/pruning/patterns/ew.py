@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from sparseprune.patterns.unit_pattern import UnitPattern
-from sparseprune.ranking import Units
+from sparseprune.pruning.patterns.unit_pattern import UnitPattern
+from sparseprune.pruning.ranking import Units
 
 
 class ElementWise(UnitPattern):

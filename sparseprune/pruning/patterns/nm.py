@@ -15,8 +15,8 @@ from collections.abc import Mapping
 import torch
 
 from sparseprune.errors import UserError
-from sparseprune.patterns.base import TW_TILE_WIDTHS, Pattern, require_multiple, require_positive
-from sparseprune.ranking import Scope, check_sparsity
+from sparseprune.pruning.patterns.base import TW_TILE_WIDTHS, Pattern, require_multiple, require_positive
+from sparseprune.pruning.ranking import Scope, check_sparsity
 
 
 class NM(Pattern):

@@ -16,7 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 from rich.table import Table
 
-from sparseprune.callbacks import StagedPruning
+from sparseprune.app.callbacks import StagedPruning
 from sparseprune.checkpoints import (
     AtomicCheckpointIO,
     completed_epochs,
@@ -28,8 +28,8 @@ from sparseprune.config_types import check_train_config
 from sparseprune.epoch_seeds import EpochSeeding
 from sparseprune.errors import UserError
 from sparseprune.files import remove_stale_temporaries, writable_dir, write_text
-from sparseprune.masking import MASK_FILE, layer_sparsity, save_largest_mask
-from sparseprune.schedule import Schedule
+from sparseprune.pruning.masking import MASK_FILE, layer_sparsity, save_largest_mask
+from sparseprune.pruning.schedule import Schedule
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +97,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     loggers = _instantiate_group(cfg.get("logger"))
     pruning = next((c for c in callbacks if isinstance(c, StagedPruning)), None)
     if pruning is None:
-        raise UserError("callbacks must include staged_pruning (sparseprune.callbacks.StagedPruning)")
+        raise UserError("callbacks must include staged_pruning (sparseprune.app.callbacks.StagedPruning)")
     _check_output_dirs(cfg)
     try:
         trainer = _build_trainer(cfg, callbacks, loggers)
